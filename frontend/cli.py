@@ -1,0 +1,95 @@
+"""``frontend --engine-addr tcp://HOST:PORT --model MODEL``: the process entry point."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from frontend.engine_client import derive_addresses
+from frontend.model import load_model_info
+from frontend.server import Server, ServerConfig
+
+log = logging.getLogger("frontend")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="frontend",
+        description="OpenAI-compatible HTTP frontend for an unmodified vLLM 0.32 EngineCore. "
+                    "It binds --engine-addr; start the engine with `vllm serve MODEL "
+                    "--headless --data-parallel-address HOST --data-parallel-rpc-port PORT`.")
+    p.add_argument("--engine-addr", required=True,
+                   help="handshake address this frontend binds and the engine connects to "
+                        "(tcp://HOST:PORT, the engine's --data-parallel-address/-rpc-port)")
+    p.add_argument("--engine-input-addr", default=None,
+                   help="input socket address (default: engine-addr port + 1)")
+    p.add_argument("--engine-output-addr", default=None,
+                   help="output socket address (default: engine-addr port + 2)")
+    p.add_argument("--model", required=True,
+                   help="local Hugging Face model directory (tokenizer and configs)")
+    p.add_argument("--served-model-name", nargs="+", default=None,
+                   help="name(s) clients use in `model` (default: --model)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --model)")
+    p.add_argument("--chat-template", default=None, help="chat template file or inline text")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--engine-ready-timeout", type=float,
+                   default=float(os.environ.get("VLLM_ENGINE_READY_TIMEOUT_S", 600)),
+                   help="seconds to wait for the engine at start-up (default 600)")
+    p.add_argument("--max-logprobs", type=int, default=20,
+                   help="largest logprobs/prompt_logprobs a request may ask for; must not "
+                        "exceed the engine's --max-logprobs (default 20)")
+    p.add_argument("--enable-force-include-usage", action="store_true",
+                   help="add usage to every stream, as if stream_options asked for it")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="seconds running requests may finish after SIGTERM (default 30)")
+    p.add_argument("--max-stream-buffer", type=int, default=4096,
+                   help="engine steps a stream may have unsent before it is aborted as a "
+                        "slow consumer (default 4096)")
+    p.add_argument("--enable-debug-endpoints", action="store_true",
+                   help="serve GET /debug/state (table size, engine has_work)")
+    p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        addresses = derive_addresses(args.engine_addr, args.engine_input_addr,
+                                     args.engine_output_addr)
+        model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
+                                served_names=args.served_model_name,
+                                chat_template_path=args.chat_template)
+    except (ValueError, OSError) as e:
+        print(f"frontend: {e}", file=sys.stderr)
+        return 2
+    config = ServerConfig(
+        host=args.host, port=args.port, engine_ready_timeout=args.engine_ready_timeout,
+        max_logprobs=args.max_logprobs, force_include_usage=args.enable_force_include_usage,
+        max_pending_deltas=args.max_stream_buffer, shutdown_timeout=args.shutdown_timeout,
+        enable_debug_endpoints=args.enable_debug_endpoints)
+    import uvloop
+    return uvloop.run(_run(Server(model, addresses, config)))
+
+
+async def _run(server: Server) -> int:
+    try:
+        await server.start()
+    except (TimeoutError, OSError) as e:
+        log.error("%s", e)
+        await server.engine.close()
+        return 1
+    except Exception as e:  # version mismatch and other start-up refusals
+        log.error("cannot start: %s", e)
+        await server.engine.close()
+        return 1
+    await server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,6 @@ import zmq
 from protocol import handshake as hs
 from protocol import wire
 from protocol.errors import EngineVersionError, ProtocolError
-from protocol.sampling import ModelLimits
 
 log = logging.getLogger("frontend.engine")
 
@@ -227,9 +226,8 @@ class EngineClient:
         self._attached.set()
 
     # ------------------------------------------------------------ sending
-    def add(self, request: wire.EngineCoreRequest, limits: ModelLimits) -> None:
-        """Validate, encode and send one ADD. Raises ValidationError, EngineDeadError."""
-        frames = wire.encode_add(request, limits)
+    def send_add(self, frames: list[bytes]) -> None:
+        """Send one ADD made by ``wire.encode_add`` (which validated it)."""
         self._send(frames)
 
     def abort(self, request_ids: Sequence[str]) -> None:

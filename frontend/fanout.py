@@ -1,0 +1,346 @@
+"""The fan-out table: every client request's engine requests, keyed by engine id.
+
+One HTTP request becomes a ``Group`` of ``len(prompts) * n`` ``Choice``s; choice
+``(request_id, index)`` is one engine request whose id is derived from both.
+The engine reader calls :meth:`Table.on_outputs` once per engine message: each
+output is routed to its choice, detokenized and stop-checked right there (work
+per engine step, not per client), and every touched group is woken once.
+
+Invariants (tests check the table is empty after every request):
+* an entry exists only while its engine request may still produce output;
+* an entry leaves the table when the engine finishes it, when we abort it
+  (client gone, stop string, failed sibling, slow consumer) or when the engine
+  dies; aborts go only to engine requests that have not finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from protocol import wire
+from protocol.sampling import ModelLimits, SamplingParams
+from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
+
+if TYPE_CHECKING:
+    from frontend.engine_client import EngineClient
+    from frontend.model import ModelInfo
+
+log = logging.getLogger("frontend.fanout")
+
+FINISH_STOP = wire.FinishReason.STOP
+FINISH_ABORT = wire.FinishReason.ABORT
+FINISH_ERROR = wire.FinishReason.ERROR
+FINISH_NAMES = wire.FINISH_REASON_NAMES
+
+
+class RequestFailed(Exception):
+    """A group cannot complete; ``status`` says how to report it over HTTP."""
+
+    def __init__(self, message: str, status: int = 500,
+                 err_type: str = "InternalServerError") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.err_type = err_type
+
+
+class Delta:
+    """What one engine step added to one choice (streaming only)."""
+
+    __slots__ = ("choice", "text", "token_ids", "logprobs", "finish_reason", "stop_reason")
+
+    def __init__(self, choice: "Choice", text: str, token_ids: list[int],
+                 logprobs: list[Position] | None, finish_reason: str | None,
+                 stop_reason: int | str | None) -> None:
+        self.choice = choice
+        self.text = text
+        self.token_ids = token_ids
+        self.logprobs = logprobs
+        self.finish_reason = finish_reason
+        self.stop_reason = stop_reason
+
+
+class Choice:
+    """One engine request: a (prompt, sample) pair of a client request."""
+
+    __slots__ = ("group", "index", "prompt_index", "engine_id", "prompt_token_ids",
+                 "params", "detok", "logprobs", "finish_reason", "stop_reason",
+                 "finished", "num_cached_tokens", "first_token_time", "last_token_time",
+                 "weight_spans")
+
+    def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
+                 prompt_token_ids: list[int], params: SamplingParams,
+                 detok: IncrementalDetokenizer, logprobs: LogprobsState | None) -> None:
+        self.group = group
+        self.index = index
+        self.prompt_index = prompt_index
+        self.engine_id = engine_id
+        self.prompt_token_ids = prompt_token_ids
+        self.params = params
+        self.detok = detok
+        self.logprobs = logprobs
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+        self.finished = False
+        self.num_cached_tokens = 0
+        self.first_token_time = 0.0
+        self.last_token_time = 0.0
+        # [{"version", "start", "end"}]: which weights produced which positions.
+        self.weight_spans: list[dict] = []
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.detok.token_ids
+
+    @property
+    def text(self) -> str:
+        return self.detok.output_text
+
+
+class Group:
+    """One client request: its choices, and what its handler is waiting for."""
+
+    def __init__(self, request_id: str, stream: bool, max_pending: int = 1 << 16) -> None:
+        self.request_id = request_id
+        self.stream = stream
+        self.choices: list[Choice] = []
+        self.created = time.time()
+        self.arrival = time.monotonic()
+        self.pending: list[Delta] = []
+        self.max_pending = max_pending
+        self.num_unfinished = 0
+        self.error: RequestFailed | None = None
+        self.released = False
+        self._waiter: asyncio.Future | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.num_unfinished == 0 or self.error is not None
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        """Until there is something to write, or the group is done."""
+        while not self.pending and not self.done:
+            await self._sleep()
+
+    async def wait_done(self) -> None:
+        while not self.done:
+            await self._sleep()
+
+    async def _sleep(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def take(self) -> list[Delta]:
+        pending, self.pending = self.pending, []
+        return pending
+
+
+class Table:
+    """All live engine requests of this frontend."""
+
+    def __init__(self, engine: "EngineClient", model: "ModelInfo",
+                 limits: Callable[[], ModelLimits],
+                 observer: Any = None) -> None:
+        self.engine = engine
+        self.model = model
+        self._limits = limits
+        self.entries: dict[str, Choice] = {}
+        self.token_texts = TokenTexts(model)
+        self.observer = observer  # metrics hooks; may be None
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    # ------------------------------------------------------------ submit
+    def new_engine_id(self, request_id: str, prompt_index: int, sample: int) -> str:
+        # vLLM's shape: "<sample>_<request id>-<prompt>-<random>"; random part
+        # keeps ids unique even when clients reuse request ids.
+        while True:
+            eid = f"{sample}_{request_id}-{prompt_index}-{secrets.token_hex(4)}"
+            if eid not in self.entries:
+                return eid
+
+    def add_choice(self, group: Group, *, index: int, prompt_index: int,
+                   prompt_token_ids: list[int], params: SamplingParams) -> Choice:
+        """Create (not yet send) one choice of ``group``."""
+        detok = IncrementalDetokenizer(
+            self.model, prompt_token_ids,
+            skip_special_tokens=params.skip_special_tokens,
+            spaces_between_special_tokens=params.spaces_between_special_tokens,
+            stop=params.stop, min_tokens=params.min_tokens,
+            include_stop_str_in_output=params.include_stop_str_in_output)
+        logprobs = None
+        if params.logprobs is not None or params.prompt_logprobs is not None:
+            logprobs = LogprobsState(self.token_texts, params.logprobs, params.prompt_logprobs)
+        choice = Choice(group, index, prompt_index,
+                        self.new_engine_id(group.request_id, prompt_index, index),
+                        prompt_token_ids, params, detok, logprobs)
+        group.choices.append(choice)
+        return choice
+
+    def submit(self, group: Group, *, priority: int = 0, cache_salt: str | None = None) -> None:
+        """Validate and encode every engine request first; only then send any.
+
+        A batch with one bad prompt is rejected as a whole, before the engine
+        sees anything (it would die on some invalid requests).
+        """
+        limits = self._limits()
+        arrival = time.time()
+        frames = [
+            wire.encode_add(wire.EngineCoreRequest(
+                c.engine_id, c.prompt_token_ids, None, c.params, None, arrival, None,
+                cache_salt, None, priority=priority,
+                external_req_id=group.request_id), limits)
+            for c in group.choices
+        ]
+        for choice, frame in zip(group.choices, frames):
+            self.entries[choice.engine_id] = choice
+            group.num_unfinished += 1
+            try:
+                self.engine.send_add(frame)
+            except Exception as e:
+                self._fail_group(group, RequestFailed(f"EngineCore encountered an issue: {e}"))
+                raise group.error from e
+        if self.observer:
+            self.observer.on_submit(group)
+
+    # ------------------------------------------------------------ outputs
+    def on_outputs(self, outs: wire.EngineCoreOutputs) -> None:
+        touched: dict[int, Group] = {}
+        entries = self.entries
+        for out in outs.outputs:
+            choice = entries.get(out.request_id)
+            if choice is None:
+                continue  # late output of an aborted or failed request
+            group = choice.group
+            self._apply(choice, out, outs.weight_version)
+            if group.stream or group.done:  # non-streaming handlers wait for the end
+                touched[id(group)] = group
+        if self.observer:
+            self.observer.on_step(outs)
+        for group in touched.values():
+            group.wake()
+
+    def _apply(self, choice: Choice, out: wire.EngineCoreOutput,
+               weight_version: str | None) -> None:
+        group = choice.group
+        finish = out.finish_reason
+        if finish == FINISH_ERROR:
+            choice.finished = True  # the engine has freed it: never abort it
+            del self.entries[choice.engine_id]
+            self._fail_group(group, RequestFailed("Internal server error"))
+            return
+        now = time.monotonic()
+        if not choice.first_token_time:
+            choice.first_token_time = now
+            if out.prefill_stats:
+                choice.num_cached_tokens = out.prefill_stats.get("num_cached_tokens", 0)
+        choice.last_token_time = now
+        new_ids = out.new_token_ids
+        stop_reason = out.stop_reason
+        num_prev = len(choice.detok.token_ids)
+        matched = choice.detok.update(new_ids, finish == FINISH_STOP)
+        if matched is not None:
+            new_ids = new_ids[:len(choice.detok.token_ids) - num_prev]
+            if finish is None:
+                self.engine.abort([choice.engine_id])  # the engine knows no stop strings
+            finish, stop_reason = FINISH_STOP, matched
+        if new_ids and weight_version is not None:
+            _track_weight_version(choice, weight_version, len(new_ids))
+        new_positions = None
+        if choice.logprobs is not None:
+            new_positions = self._apply_logprobs(choice.logprobs, out, len(new_ids))
+        finished = finish is not None
+        if finished:
+            choice.finished = True
+            choice.finish_reason = FINISH_NAMES[finish]
+            choice.stop_reason = stop_reason
+            del self.entries[choice.engine_id]
+            group.num_unfinished -= 1
+            if self.observer:
+                self.observer.on_choice_finished(choice)
+        if group.stream:
+            text = choice.detok.next_text(finished)
+            if text or new_ids or finished:
+                group.pending.append(Delta(choice, text, new_ids, new_positions,
+                                           choice.finish_reason, stop_reason if finished else None))
+                if len(group.pending) > group.max_pending:
+                    self._fail_group(group, RequestFailed(
+                        "the client is not reading its stream; request aborted", 503,
+                        "ServiceUnavailableError"))
+
+    @staticmethod
+    def _apply_logprobs(state: LogprobsState, out: wire.EngineCoreOutput,
+                        num_tokens: int) -> list[Position] | None:
+        if out.new_prompt_logprobs_tensors is not None and state.prompt is not None:
+            t = out.new_prompt_logprobs_tensors
+            state.add_prompt(t.token_ids.rows(), t.logprobs.rows(), t.ranks.flat())
+        if out.new_logprobs is None or state.num_logprobs is None:
+            return None
+        lp = out.new_logprobs
+        # Tokens past a matched stop string are dropped with their logprobs.
+        return state.add_sample(lp.token_ids.rows()[:num_tokens],
+                                lp.logprobs.rows()[:num_tokens],
+                                lp.ranks.flat()[:num_tokens])
+
+    # ------------------------------------------------------------ teardown
+    def release(self, group: Group) -> None:
+        """Handler exit (normal, error or disconnect): nothing may stay behind."""
+        if group.released:
+            return
+        group.released = True
+        unfinished = [c.engine_id for c in group.choices
+                      if not c.finished and self.entries.pop(c.engine_id, None) is not None]
+        if unfinished:
+            self.engine.abort(unfinished)
+            if self.observer:
+                self.observer.on_abort(group, len(unfinished))
+        group.num_unfinished = 0
+        if self.observer:
+            self.observer.on_release(group)
+
+    def _fail_group(self, group: Group, error: RequestFailed) -> None:
+        """Fail a group and abort its other engine requests (a sibling failed)."""
+        if group.error is None:
+            group.error = error
+        unfinished = [c.engine_id for c in group.choices
+                      if not c.finished and self.entries.pop(c.engine_id, None) is not None]
+        for c in group.choices:
+            c.finished = True
+        group.num_unfinished = 0
+        if unfinished:
+            self.engine.abort(unfinished)
+        group.wake()
+
+    def fail_all(self, reason: str) -> None:
+        """The engine died: every group in flight ends with an error now."""
+        groups = {id(c.group): c.group for c in self.entries.values()}
+        self.entries.clear()
+        for group in groups.values():
+            if group.error is None:
+                group.error = RequestFailed(
+                    f"EngineCore encountered an issue. See stack trace (if any) for the "
+                    f"root cause. ({reason})")
+            group.num_unfinished = 0
+            group.wake()
+
+
+def _track_weight_version(choice: Choice, version: str, count: int) -> None:
+    spans = choice.weight_spans
+    if spans and spans[-1]["version"] == version:
+        spans[-1]["end"] += count
+    else:
+        start = spans[-1]["end"] if spans else 0
+        spans.append({"version": version, "start": start, "end": start + count})

@@ -1,0 +1,177 @@
+"""What the frontend knows about the served model, read from its HF directory.
+
+The engine never sends the tokenizer, the chat template or the generation
+config, so the frontend reads them itself with the ``tokenizers`` library
+(no transformers): ``tokenizer.json``, ``tokenizer_config.json``,
+``config.json``, ``generation_config.json`` and an optional
+``chat_template.jinja``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenizers import Tokenizer
+
+log = logging.getLogger("frontend.model")
+
+# generation_config.json keys that become server-side sampling defaults, as
+# vLLM's `--generation-config auto` does (ModelConfig.get_diff_sampling_param).
+_GENERATION_DEFAULT_KEYS = {
+    "repetition_penalty": "repetition_penalty",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "max_new_tokens": "max_tokens",
+}
+
+# transformers' clean_up_tokenization (applied when the tokenizer config asks).
+_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+            (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+
+
+def _read_json(path: pathlib.Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    with path.open(encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _token_content(value: Any) -> str | None:
+    """tokenizer_config tokens are either strings or AddedToken dicts."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+@dataclass
+class ModelInfo:
+    path: str
+    served_names: list[str]
+    tokenizer: Tokenizer
+    vocab_size: int
+    bos_token: str | None
+    eos_token: str | None
+    bos_token_id: int | None
+    eos_token_id: int | None
+    generation_eos_ids: list[int]
+    default_sampling: dict[str, Any]
+    chat_template: str | None
+    clean_up_tokenization_spaces: bool
+    added_token_ids: dict[int, str] = field(default_factory=dict)
+    special_token_ids: frozenset[int] = frozenset()
+    max_chars_per_token: int = 1
+    tokenizer_config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.served_names[0]
+
+    # -- tokenizer helpers with Hugging Face semantics ----------------------
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        encs = self.tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
+        return [e.ids for e in encs]
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        text = self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        if self.clean_up_tokenization_spaces:
+            for old, new in _CLEANUP:
+                text = text.replace(old, new)
+        return text
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.tokenizer.id_to_token(token_id)
+
+
+def load_model_info(model: str, *, tokenizer_dir: str | None = None,
+                    served_names: list[str] | None = None,
+                    chat_template_path: str | None = None) -> ModelInfo:
+    """Load tokenizer and configs from a local Hugging Face model directory."""
+    model_dir = pathlib.Path(model)
+    tok_dir = pathlib.Path(tokenizer_dir) if tokenizer_dir else model_dir
+    tok_file = tok_dir / "tokenizer.json"
+    if not tok_file.exists():
+        raise FileNotFoundError(
+            f"{tok_file} not found: --model (or --tokenizer) must be a local Hugging Face "
+            "model directory with a fast tokenizer (tokenizer.json)")
+    tokenizer = Tokenizer.from_file(str(tok_file))
+    tok_config = _read_json(tok_dir / "tokenizer_config.json")
+    config = _read_json(model_dir / "config.json")
+    text_config = config.get("text_config") or config
+    gen_config = _read_json(model_dir / "generation_config.json")
+
+    bos_token = _token_content(tok_config.get("bos_token"))
+    eos_token = _token_content(tok_config.get("eos_token"))
+    bos_id = tokenizer.token_to_id(bos_token) if bos_token else None
+    eos_id = tokenizer.token_to_id(eos_token) if eos_token else None
+    if eos_id is None:
+        eos_id = _first_int(text_config.get("eos_token_id"))
+    if bos_id is None:
+        bos_id = _first_int(text_config.get("bos_token_id"))
+
+    gen_eos = gen_config.get("eos_token_id")
+    generation_eos_ids = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
+
+    added = {i: tok.content for i, tok in tokenizer.get_added_tokens_decoder().items()}
+    special = frozenset(i for i, tok in tokenizer.get_added_tokens_decoder().items()
+                        if tok.special)
+    vocab_size = int(text_config.get("vocab_size") or tokenizer.get_vocab_size(True))
+
+    info = ModelInfo(
+        path=str(model_dir),
+        served_names=served_names or [str(model)],
+        tokenizer=tokenizer,
+        vocab_size=vocab_size,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        bos_token_id=bos_id,
+        eos_token_id=eos_id,
+        generation_eos_ids=generation_eos_ids,
+        default_sampling={dst: gen_config[src] for src, dst in _GENERATION_DEFAULT_KEYS.items()
+                          if gen_config.get(src) is not None},
+        chat_template=_load_chat_template(tok_dir, tok_config, chat_template_path),
+        clean_up_tokenization_spaces=bool(tok_config.get("clean_up_tokenization_spaces", False)),
+        added_token_ids=added,
+        special_token_ids=special,
+        tokenizer_config=tok_config,
+    )
+    info.max_chars_per_token = max(
+        (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
+    if info.default_sampling:
+        log.info("default sampling parameters from generation_config.json: %s",
+                 info.default_sampling)
+    return info
+
+
+def _first_int(value: Any) -> int | None:
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value if isinstance(value, int) else None
+
+
+def _load_chat_template(tok_dir: pathlib.Path, tok_config: dict[str, Any],
+                        override: str | None) -> str | None:
+    """``--chat-template`` (a file or an inline template) wins over the model's."""
+    if override:
+        path = pathlib.Path(override)
+        if path.exists():
+            return path.read_text(encoding="utf-8")
+        if any(c in override for c in "{}\n"):
+            return override
+        raise FileNotFoundError(f"--chat-template {override!r}: no such file")
+    jinja_file = tok_dir / "chat_template.jinja"
+    if jinja_file.exists():
+        return jinja_file.read_text(encoding="utf-8")
+    template = tok_config.get("chat_template")
+    if isinstance(template, list):  # named templates: take "default"
+        named = {t.get("name"): t.get("template") for t in template}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template

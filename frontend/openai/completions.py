@@ -1,0 +1,353 @@
+"""POST /v1/completions: batch prompts x n, streaming and not, echo and logprobs.
+
+Semantics and response shapes follow vLLM 0.32's Python server
+(``vllm/entrypoints/openai/completion/serving.py``): choice index is
+``prompt_index * n + j``, usage counts each prompt once, a stream ends with at
+most one usage chunk and exactly one ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+
+from frontend.errors import ApiError, from_validation, schema_error
+from frontend.fanout import Choice, Delta, Group
+from frontend.openai.common import (
+    StreamOptions,
+    completion_logprobs,
+    decode_body,
+    prompt_logprobs_json,
+    request_id_for,
+    stream_usage_flags,
+    usage_dict,
+)
+from frontend.openai.sampling import (
+    build_sampling_params,
+    check_max_output_tokens,
+    child_params,
+    get_max_tokens,
+)
+from frontend.openai.sse import SseWriter
+from protocol.errors import ValidationError
+
+if TYPE_CHECKING:
+    from frontend.server import Server
+
+MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS
+
+
+class CompletionRequest(msgspec.Struct, kw_only=True):
+    model: str | None = None
+    prompt: Any = None
+    echo: bool | None = False
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: int | None = None
+    max_tokens: int | None = 16
+    n: int = 1
+    presence_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    suffix: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = None
+    use_beam_search: bool = False
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = None
+    allowed_token_ids: list[int] | None = None
+    prompt_logprobs: int | None = None
+    logprob_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    add_special_tokens: bool = True
+    priority: int = 0
+    request_id: str | None = None
+    return_tokens_as_token_ids: bool | None = None
+    return_token_ids: bool | None = None
+    cache_salt: str | None = None
+    repetition_detection: dict[str, int] | None = None
+    stream_interval: int | None = None
+    response_format: Any = None
+    structured_outputs: Any = None
+    prompt_embeds: Any = None
+
+
+def validate_request(req: CompletionRequest) -> None:
+    """The checks vLLM's pydantic model runs before anything else ("Bad Request")."""
+    if req.max_tokens is None:
+        req.max_tokens = 16
+    if req.logprob_token_ids and req.logprobs is None:
+        raise schema_error("when using `logprob_token_ids`, `logprobs` must be set.",
+                           "logprob_token_ids")
+    if req.prompt_logprobs is not None:
+        if req.stream and (req.prompt_logprobs > 0 or req.prompt_logprobs == -1):
+            raise schema_error("`prompt_logprobs` are not available when `stream=True`.",
+                               "prompt_logprobs")
+        if req.prompt_logprobs < -1:
+            raise schema_error("`prompt_logprobs` must be a positive value or -1.",
+                               "prompt_logprobs")
+    if req.logprobs is not None and req.logprobs < -1:
+        raise schema_error("`logprobs` must be a positive value or -1.", "logprobs")
+    if req.stream_options and not req.stream:
+        raise schema_error("Stream options can only be defined when `stream=True`.",
+                           "stream_options")
+    prompt = req.prompt
+    if prompt is None or prompt == "":
+        raise schema_error("Either prompt or prompt_embeds must be provided and non-empty.",
+                           "prompt")
+    if req.prompt_embeds is not None:
+        raise ApiError("prompt_embeds are not supported by this frontend", 400,
+                       "BadRequestError", "prompt_embeds")
+    if req.use_beam_search:
+        raise ApiError("beam search is not supported by this frontend", 501,
+                       "NotImplementedError")
+    if req.suffix is not None:
+        raise ApiError("suffix is not supported for this model (it has no "
+                       "fill-in-the-middle rendering)", 400, "BadRequestError", "suffix")
+    if req.response_format is not None or req.structured_outputs is not None:
+        raise ApiError("structured outputs (response_format, structured_outputs) are not "
+                       "supported by this frontend", 400, "BadRequestError",
+                       "response_format")
+    if req.cache_salt is not None and not 1 <= len(req.cache_salt) <= 1024:
+        raise schema_error("cache_salt must be between 1 and 1024 characters", "cache_salt")
+    if req.truncate_prompt_tokens is not None and req.truncate_prompt_tokens < -1:
+        raise schema_error("truncate_prompt_tokens must be >= -1", "truncate_prompt_tokens")
+
+
+def split_prompts(prompt: Any) -> list[str | list[int]]:
+    """str | list[str] | list[int] | list[list[int]] -> one entry per prompt."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not isinstance(prompt, list):
+        raise schema_error("Input should be a valid string or list", "body.prompt")
+    if not prompt:
+        raise ApiError("The decoder prompt cannot be empty", 400, "BadRequestError")
+    if all(_is_token(t) for t in prompt):
+        return [prompt]
+    if all(isinstance(p, str) for p in prompt):
+        out: list[str | list[int]] = list(prompt)
+    elif all(isinstance(p, list) and all(_is_token(t) for t in p) for p in prompt):
+        out = list(prompt)
+    else:
+        raise schema_error("prompt must be a string, a list of strings, a list of token "
+                           "ids or a list of lists of token ids (not a mix)", "body.prompt")
+    if len(out) > MAX_COMPLETION_PROMPTS:
+        raise schema_error(f"prompt list length {len(out)} exceeds the maximum allowed count "
+                           f"of {MAX_COMPLETION_PROMPTS}. To increase this limit, set the "
+                           "VLLM_MAX_COMPLETION_PROMPTS environment variable.", "prompt")
+    return out
+
+
+def _is_token(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return False
+    if value < 0:
+        raise schema_error("Input should be greater than or equal to 0", "body.prompt")
+    return True
+
+
+async def create_completion(server: "Server", request: web.Request) -> web.StreamResponse:
+    req = await decode_body(request, CompletionRequest)
+    validate_request(req)
+    served = server.resolve_model(req.model)
+    prompts = split_prompts(req.prompt)
+    max_model_len = server.max_model_len
+    check_max_output_tokens(req.max_tokens, max_model_len)
+    rendered = await server.renderer.render_prompts(
+        prompts, add_special_tokens=req.add_special_tokens,
+        truncate=req.truncate_prompt_tokens)
+    echo_without_generation = bool(req.echo) and req.max_tokens == 0
+    fields = msgspec.structs.asdict(req)
+    if fields["prompt_logprobs"] is None and req.echo:
+        fields["prompt_logprobs"] = req.logprobs
+    if req.logprob_token_ids:
+        fields["logprobs"] = None
+    rid = request_id_for(request, req.request_id)
+    group = Group(f"cmpl-{rid}", stream=bool(req.stream), max_pending=server.max_pending)
+    model = server.model
+    for p_idx, (ids, _) in enumerate(rendered):
+        max_tokens = get_max_tokens(max_model_len, req.max_tokens, len(ids),
+                                    model.default_sampling)
+        params = build_sampling_params(
+            model, fields, max_tokens=1 if echo_without_generation else max_tokens,
+            stream=bool(req.stream))
+        for j in range(req.n):
+            server.table.add_choice(group, index=p_idx * req.n + j, prompt_index=p_idx,
+                                    prompt_token_ids=ids, params=child_params(params, j))
+    server.admit(group)
+    try:
+        try:
+            server.table.submit(group, priority=req.priority, cache_salt=req.cache_salt)
+        except ValidationError as e:
+            raise from_validation(e) from e
+        view = CompletionView(server, req, group, served, rendered)
+        if req.stream:
+            return await view.stream(request)
+        await group.wait_done()
+        server.raise_if_failed(group)
+        return web.Response(body=server.json(view.full_response()),
+                            content_type="application/json")
+    finally:
+        server.table.release(group)
+
+
+class CompletionView:
+    """Turns a group's choices into OpenAI completion JSON."""
+
+    def __init__(self, server: "Server", req: CompletionRequest, group: Group,
+                 served: str, rendered: list[tuple[list[int], str]]) -> None:
+        self.server = server
+        self.req = req
+        self.group = group
+        self.model_name = served
+        self.rendered = rendered
+        self.created = int(group.created)
+
+    # ------------------------------------------------------------ non-streaming
+    def prompt_text(self, prompt_index: int) -> str:
+        return "" if self.req.return_token_ids else self.rendered[prompt_index][1]
+
+    def full_response(self) -> dict:
+        req = self.req
+        choices = []
+        num_generated = 0
+        for choice in sorted(self.group.choices, key=lambda c: c.index):
+            prompt_ids = choice.prompt_token_ids
+            text = choice.text
+            token_ids = choice.token_ids
+            positions = choice.logprobs.sample if choice.logprobs else None
+            prompt_positions = choice.logprobs.prompt if choice.logprobs else None
+            if req.echo:
+                prompt_text = self.prompt_text(choice.prompt_index)
+                if req.max_tokens == 0:
+                    text, token_ids, positions = prompt_text, prompt_ids, prompt_positions
+                else:
+                    text = prompt_text + text
+                    token_ids = [*prompt_ids, *token_ids]
+                    if req.logprobs is not None:
+                        positions = [*(prompt_positions or []), *(positions or [])]
+            logprobs = None
+            if req.logprobs is not None:
+                logprobs = completion_logprobs(
+                    self.server.model, token_ids, positions or [], req.logprobs,
+                    bool(req.logprob_token_ids), 0, bool(req.return_tokens_as_token_ids))
+            choices.append({
+                "index": choice.index,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": choice.finish_reason,
+                "stop_reason": choice.stop_reason,
+                "token_ids": choice.token_ids if req.return_token_ids else None,
+                "prompt_logprobs": prompt_logprobs_json(prompt_positions),
+                "prompt_token_ids": prompt_ids if req.return_token_ids else None,
+                "routed_experts": None,
+            })
+            num_generated += len(choice.token_ids)
+        num_prompt = sum(len(ids) for ids, _ in self.rendered)
+        return {
+            "id": self.group.request_id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model_name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": self.server.system_fingerprint,
+            "usage": usage_dict(num_prompt, num_generated, details=True),
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
+        }
+
+    # ------------------------------------------------------------ streaming
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        req, group, server = self.req, self.group, self.server
+        include_usage, continuous = stream_usage_flags(req.stream_options,
+                                                       server.force_include_usage)
+        writer = SseWriter(request)
+        await writer.start()
+        n_choices = len(group.choices)
+        text_offsets = [0] * n_choices
+        emitted = [0] * n_choices
+        started = [False] * n_choices
+        prefix = server.json({"id": group.request_id, "object": "text_completion",
+                              "created": self.created, "model": self.model_name})[:-1]
+        head = b'data: ' + prefix + b',"choices":[{"index":'
+        while True:
+            await group.wait()
+            deltas = group.take()
+            if deltas:
+                parts = [self._chunk(head, d, text_offsets, emitted, started,
+                                     include_usage, continuous) for d in deltas]
+                await writer.write(b"".join(p for p in parts if p))
+            if group.done and not group.pending:
+                break
+        if group.error is not None:
+            await writer.write_error(group.error)
+        elif include_usage:
+            num_prompt = sum(len(ids) for ids, _ in self.rendered)
+            await writer.write_event(server.json({
+                "id": group.request_id, "object": "text_completion",
+                "created": self.created, "model": self.model_name, "choices": [],
+                "usage": usage_dict(num_prompt, sum(emitted)),
+                "system_fingerprint": server.system_fingerprint}))
+        await writer.done()
+        return writer.response
+
+    def _chunk(self, head: bytes, d: Delta, text_offsets: list[int], emitted: list[int],
+               started: list[bool], include_usage: bool, continuous: bool) -> bytes | None:
+        req, server = self.req, self.server
+        c: Choice = d.choice
+        i = c.index
+        text, token_ids, positions = d.text, d.token_ids, d.logprobs
+        prompt_ids_out = None
+        if not started[i]:
+            started[i] = True
+            if req.echo:
+                prompt_text = self.prompt_text(c.prompt_index)
+                prompt_positions = c.logprobs.prompt if c.logprobs else None
+                if req.max_tokens == 0:
+                    text, token_ids, positions = prompt_text, c.prompt_token_ids, prompt_positions
+                else:
+                    text = prompt_text + text
+                    token_ids = [*c.prompt_token_ids, *token_ids]
+                    positions = [*(prompt_positions or []), *(positions or [])]
+                prompt_ids_out = c.prompt_token_ids
+            elif req.return_token_ids:
+                prompt_ids_out = c.prompt_token_ids
+        emitted[i] += len(d.token_ids)
+        logprobs = None
+        if req.logprobs is not None:
+            logprobs = completion_logprobs(
+                server.model, token_ids, positions or [], req.logprobs,
+                bool(req.logprob_token_ids), text_offsets[i],
+                bool(req.return_tokens_as_token_ids))
+            if logprobs["tokens"]:
+                text_offsets[i] = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
+        body = {
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": d.finish_reason,
+            "stop_reason": d.stop_reason,
+            "prompt_token_ids": prompt_ids_out,
+            "token_ids": d.token_ids if req.return_token_ids else None,
+        }
+        tail = b"}]"
+        if continuous:
+            prompt_tokens = len(c.prompt_token_ids)
+            tail += b',"usage":' + server.json(usage_dict(prompt_tokens, emitted[i]))
+        if d.finish_reason is not None and not include_usage:
+            tail += b',"system_fingerprint":' + server.json(server.system_fingerprint)
+        return head + str(i).encode() + b"," + server.json(body)[1:-1] + tail + b"}\n\n"

@@ -1,0 +1,304 @@
+"""POST /inference/v1/generate: token ids in, token ids (and optionally text) out.
+
+Every one of the ``n`` samples comes back, streaming or not: the request fans
+out into n engine requests and the response is built only once all of them
+have finished (vLLM bug #52398 lost choices here; its Rust frontend #52843
+ignored n).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+from aiohttp import web
+
+from frontend.errors import ApiError, from_validation, schema_error
+from frontend.fanout import Choice, Group
+from frontend.openai.common import (
+    LOGPROB_FLOOR,
+    StreamOptions,
+    decode_body,
+    prompt_logprobs_json,
+    request_id_for,
+    stream_usage_flags,
+    usage_dict,
+)
+from frontend.openai.sampling import bad_words_token_ids, child_params, get_max_tokens
+from frontend.openai.sse import SseWriter
+from frontend.text import Position
+from protocol.errors import ValidationError
+from protocol.sampling import (
+    OutputKind,
+    RepetitionDetection,
+    SamplingParams,
+    apply_generation_config,
+    check,
+    normalize,
+)
+
+if TYPE_CHECKING:
+    from frontend.server import Server
+
+
+class GenerateSamplingParams(msgspec.Struct, kw_only=True):
+    """vLLM's SamplingParams as JSON: its own defaults, not the model's."""
+
+    n: int = 1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    detokenize: bool = True
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    logit_bias: dict[int, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    repetition_detection: RepetitionDetection | None = None
+
+
+class GenerateRequest(msgspec.Struct, kw_only=True):
+    token_ids: list[int]
+    sampling_params: GenerateSamplingParams = msgspec.field(
+        default_factory=GenerateSamplingParams)
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    request_id: str | None = None
+    output_mode: Literal["tokens", "text"] = "tokens"
+    return_token_ids: bool | None = None
+    cache_salt: str | None = None
+    priority: int = 0
+
+
+def to_engine_params(sp: GenerateSamplingParams, server: "Server", prompt_len: int,
+                     stream: bool) -> SamplingParams:
+    stop = [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])
+    max_tokens = sp.max_tokens
+    if max_tokens is None:  # server-side default: the rest of the context
+        max_tokens = get_max_tokens(server.max_model_len, None, prompt_len,
+                                    server.model.default_sampling)
+    params = SamplingParams(
+        n=sp.n, presence_penalty=sp.presence_penalty, frequency_penalty=sp.frequency_penalty,
+        repetition_penalty=sp.repetition_penalty, temperature=sp.temperature,
+        top_p=sp.top_p, top_k=sp.top_k, min_p=sp.min_p, seed=sp.seed, stop=stop,
+        stop_token_ids=list(sp.stop_token_ids or []), ignore_eos=sp.ignore_eos,
+        max_tokens=max_tokens, min_tokens=sp.min_tokens, logprobs=sp.logprobs,
+        prompt_logprobs=sp.prompt_logprobs, detokenize=sp.detokenize,
+        skip_special_tokens=sp.skip_special_tokens,
+        spaces_between_special_tokens=sp.spaces_between_special_tokens,
+        include_stop_str_in_output=sp.include_stop_str_in_output,
+        output_kind=OutputKind.DELTA if stream else OutputKind.FINAL_ONLY,
+        logit_bias=sp.logit_bias, allowed_token_ids=sp.allowed_token_ids,
+        bad_words=list(sp.bad_words or []), repetition_detection=sp.repetition_detection,
+        watermarking=False)
+    normalize(params)
+    try:
+        check(params)
+    except ValidationError as e:
+        # vLLM validates SamplingParams while parsing the body: a schema error.
+        raise schema_error(f"Value error, {e.message}", "body.sampling_params") from e
+    if params.temperature < 1e-5:
+        params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
+    if params.bad_words:
+        params.bad_words_token_ids = bad_words_token_ids(server.model, params.bad_words)
+    apply_generation_config(params, eos_token_id=server.model.eos_token_id,
+                            generation_eos_ids=server.model.generation_eos_ids)
+    params.skip_reading_prefix_cache = params.prompt_logprobs is not None
+    return params
+
+
+async def create_generate(server: "Server", request: web.Request) -> web.StreamResponse:
+    req = await decode_body(request, GenerateRequest)
+    if not req.token_ids:
+        raise schema_error("List should have at least 1 item after validation, not 0",
+                           "body.token_ids")
+    if min(req.token_ids) < 0:
+        raise schema_error("Value error, token_ids must not contain negative values",
+                           "body.token_ids")
+    if req.stream_options and not req.stream:
+        raise schema_error("Stream options can only be defined when `stream=True`.",
+                           "stream_options")
+    served = server.resolve_model(req.model)
+    max_num_seqs = server.ready.max_num_seqs if server.ready else 0
+    if max_num_seqs and req.sampling_params.n > max_num_seqs:
+        raise ApiError(f"sampling_params.n must be at most the server's max_num_seqs "
+                       f"({max_num_seqs}), got {req.sampling_params.n}.")
+    server.renderer.check_tokens(req.token_ids)
+    params = to_engine_params(req.sampling_params, server, len(req.token_ids),
+                              bool(req.stream))
+    rid = request_id_for(request, req.request_id)
+    group = Group(f"generate-tokens-{rid}", stream=bool(req.stream),
+                  max_pending=server.max_pending)
+    for j in range(params.n):
+        server.table.add_choice(group, index=j, prompt_index=0,
+                                prompt_token_ids=req.token_ids, params=child_params(params, j))
+    server.admit(group)
+    try:
+        try:
+            server.table.submit(group, priority=req.priority, cache_salt=req.cache_salt)
+        except ValidationError as e:
+            raise from_validation(e) from e
+        view = GenerateView(server, req, group, served)
+        if req.stream:
+            return await view.stream(request)
+        await group.wait_done()
+        server.raise_if_failed(group)
+        return web.Response(body=server.json(view.full_response()),
+                            content_type="application/json")
+    finally:
+        server.table.release(group)
+
+
+def tokens_logprobs(token_ids: list[int], positions: list[Position], num_top: int) -> dict:
+    """``{"content": [{token_id, logprob, rank, top_logprobs: [...]}]}``."""
+    content = []
+    for i, token_id in enumerate(token_ids):
+        pos = positions[i] if i < len(positions) else None
+        entry = pos.get(token_id) if pos else None
+        if entry is None:
+            content.append({"token_id": token_id, "logprob": LOGPROB_FLOOR, "rank": None,
+                            "top_logprobs": []})
+            continue
+        lp, rank, _ = entry
+        content.append({
+            "token_id": token_id, "logprob": max(lp, LOGPROB_FLOOR), "rank": rank or None,
+            "top_logprobs": [
+                {"token_id": tid, "logprob": max(v, LOGPROB_FLOOR), "rank": r or None}
+                for k, (tid, (v, r, _)) in enumerate(pos.items())
+                if num_top == -1 or k < max(num_top, 1)]})
+    return {"content": content}
+
+
+def text_logprobs(token_ids: list[int], positions: list[Position], num_top: int) -> dict:
+    """Chat-format logprobs for ``output_mode: "text"``."""
+    content = []
+    for i, token_id in enumerate(token_ids):
+        pos = positions[i] if i < len(positions) else None
+        entry = pos.get(token_id) if pos else None
+        if entry is None:
+            content.append({"token": f"token_id:{token_id}", "logprob": LOGPROB_FLOOR,
+                            "bytes": None, "top_logprobs": []})
+            continue
+        lp, _, text = entry
+        content.append({
+            "token": text, "logprob": max(lp, LOGPROB_FLOOR),
+            "bytes": list(text.encode("utf-8", errors="replace")),
+            "top_logprobs": [
+                {"token": t, "logprob": max(v, LOGPROB_FLOOR),
+                 "bytes": list(t.encode("utf-8", errors="replace"))}
+                for k, (tid, (v, _, t)) in enumerate(pos.items())
+                if num_top == -1 or k < max(num_top, 1)]})
+    return {"content": content}
+
+
+class GenerateView:
+    def __init__(self, server: "Server", req: GenerateRequest, group: Group,
+                 served: str) -> None:
+        self.server = server
+        self.req = req
+        self.group = group
+        self.model_name = served
+        self.text_mode = req.output_mode == "text"
+        self.num_top = req.sampling_params.logprobs
+
+    def _logprobs(self, token_ids: list[int], positions: list[Position] | None) -> Any:
+        if self.num_top is None:
+            return None
+        make = text_logprobs if self.text_mode else tokens_logprobs
+        return make(token_ids, positions or [], self.num_top)
+
+    def _choice(self, index: int, finish: str | None, stop_reason: Any,
+                token_ids: list[int], positions: list[Position] | None,
+                weight_versions: list | None, text: str | None) -> dict:
+        choice = {"index": index}
+        if self.text_mode:
+            choice["text"] = text
+        choice.update({"finish_reason": finish, "stop_reason": stop_reason,
+                       "token_ids": token_ids, "routed_experts": None,
+                       "sampling_mask": None, "weight_versions": weight_versions,
+                       "logprobs": self._logprobs(token_ids, positions)})
+        return choice
+
+    def full_response(self) -> dict:
+        choices = []
+        for c in sorted(self.group.choices, key=lambda c: c.index):
+            choices.append(self._choice(
+                c.index, c.finish_reason or "stop", c.stop_reason, c.token_ids,
+                c.logprobs.sample if c.logprobs else None, c.weight_spans or None,
+                c.text))
+        prompt_ids = self.req.token_ids
+        first = self.group.choices[0]
+        return {
+            "request_id": self.group.request_id,
+            "model": self.model_name,
+            "created": int(self.group.created),
+            "usage": usage_dict(len(prompt_ids), sum(len(c.token_ids)
+                                                     for c in self.group.choices),
+                                details=True),
+            "prompt_logprobs": prompt_logprobs_json(
+                first.logprobs.prompt if first.logprobs else None),
+            "prompt_token_id_logprobs": None,
+            "prompt_token_ids": prompt_ids if self.req.return_token_ids else None,
+            "mm_placeholders": None,
+            "metrics": None,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "output_mode": self.req.output_mode,
+            "choices": choices,
+        }
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        server, group, req = self.server, self.group, self.req
+        include_usage, continuous = stream_usage_flags(req.stream_options, False)
+        writer = SseWriter(request)
+        await writer.start()
+        generated = [0] * len(group.choices)
+        prompt_ids_pending = req.return_token_ids
+        while True:
+            await group.wait()
+            out = []
+            for d in group.take():
+                c: Choice = d.choice
+                generated[c.index] += len(d.token_ids)
+                if not (d.token_ids or d.finish_reason is not None
+                        or (self.text_mode and d.text)):
+                    continue
+                chunk: dict[str, Any] = {"request_id": group.request_id, "usage": None}
+                if prompt_ids_pending:
+                    chunk["prompt_token_ids"] = req.token_ids
+                    chunk["mm_placeholders"] = None
+                    prompt_ids_pending = False
+                if continuous:
+                    chunk["usage"] = usage_dict(len(req.token_ids), generated[c.index])
+                chunk["output_mode"] = req.output_mode
+                chunk["choices"] = [self._choice(
+                    c.index, d.finish_reason, d.stop_reason, d.token_ids, d.logprobs,
+                    (c.weight_spans or None) if d.finish_reason else None, d.text)]
+                out.append(b"data: " + server.json(chunk) + b"\n\n")
+            if out:
+                await writer.write(b"".join(out))
+            if group.done and not group.pending:
+                break
+        if group.error is not None:
+            await writer.write_error(group.error)
+        elif include_usage:
+            await writer.write_event(server.json({
+                "request_id": group.request_id, "usage": usage_dict(
+                    len(req.token_ids), sum(generated)),
+                "output_mode": req.output_mode, "choices": []}))
+        await writer.done()
+        return writer.response

@@ -1,0 +1,161 @@
+"""OpenAI request fields -> the engine's SamplingParams, as vLLM's server builds them.
+
+Shared by completions and chat. Order of precedence for the sampling knobs:
+the client's value, then the model's generation_config.json default, then
+OpenAI's default. Everything here raises ``ApiError``/``ValidationError`` with
+vLLM's messages; nothing reaches the engine unvalidated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from frontend.errors import ApiError, from_validation
+from frontend.model import ModelInfo
+from protocol.errors import ValidationError
+from protocol.sampling import (
+    MAX_NUM_BAD_WORDS,
+    OutputKind,
+    RepetitionDetection,
+    SamplingParams,
+    apply_generation_config,
+    check,
+    normalize,
+)
+
+# Knobs with a server default (vLLM's _DEFAULT_SAMPLING_PARAMS).
+OPENAI_DEFAULTS = {
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+}
+
+
+def get_max_tokens(max_model_len: int, requested: int | None, prompt_len: int,
+                   defaults: dict[str, Any]) -> int:
+    """vLLM's get_max_tokens: the request (or the model's default), capped by the context."""
+    if prompt_len > max_model_len:
+        raise ApiError(f"Input length ({prompt_len}) exceeds model's maximum context "
+                       f"length ({max_model_len}).")
+    candidates = [max_model_len - prompt_len]
+    fallback = requested if requested is not None else defaults.get("max_tokens")
+    if fallback is not None:
+        candidates.append(fallback)
+    return min(candidates)
+
+
+def check_max_output_tokens(max_tokens: int | None, max_model_len: int,
+                            param: str = "max_tokens") -> None:
+    if max_tokens is not None and max_tokens > max_model_len:
+        raise from_validation(ValidationError(
+            f"{param}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens.", parameter=param, value=max_tokens))
+
+
+def convert_logit_bias(logit_bias: dict[str, float] | None) -> dict[int, float] | None:
+    if logit_bias is None:
+        return None
+    converted: dict[int, float] = {}
+    invalid = []
+    for key, bias in logit_bias.items():
+        try:
+            converted[int(key)] = min(100.0, max(-100.0, float(bias)))
+        except (TypeError, ValueError):
+            invalid.append(key)
+    if invalid:
+        raise from_validation(ValidationError(
+            f"logit_bias contains key(s) that cannot be converted to integer token IDs: "
+            f"{invalid!r}", parameter="logit_bias", value=invalid))
+    return converted
+
+
+def bad_words_token_ids(model: ModelInfo, bad_words: list[str]) -> list[list[int]]:
+    """``SamplingParams.update_from_tokenizer``: each word with and without a leading space."""
+    result: list[list[int]] = []
+    for word in bad_words:
+        for add_prefix_space in (False, True):
+            ids = model.encode((" " if add_prefix_space else "") + word.lstrip(),
+                               add_special_tokens=False)
+            if not ids:
+                if not add_prefix_space:
+                    raise from_validation(ValidationError(
+                        "bad_words entries must tokenize to at least one token.",
+                        parameter="bad_words", value=bad_words))
+                continue
+            if not add_prefix_space or (ids[0] != result[-1][0]
+                                        and len(ids) == len(result[-1])):
+                result.append(ids)
+                if len(result) > MAX_NUM_BAD_WORDS:
+                    raise from_validation(ValidationError(
+                        f"Too many bad words after tokenization: {len(result)}. "
+                        f"The max number is {MAX_NUM_BAD_WORDS}.",
+                        parameter="bad_words", value=bad_words))
+    return result
+
+
+def build_sampling_params(model: ModelInfo, fields: dict[str, Any], *, max_tokens: int,
+                          stream: bool) -> SamplingParams:
+    """One validated SamplingParams for the engine (n is still the client's n)."""
+    knobs = {name: fields[name] if fields.get(name) is not None
+             else model.default_sampling.get(name, default)
+             for name, default in OPENAI_DEFAULTS.items()}
+    stop = fields.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    repetition = fields.get("repetition_detection")
+    try:
+        params = SamplingParams(
+            n=fields.get("n") if fields.get("n") is not None else 1,
+            **knobs,
+            seed=fields.get("seed"),
+            stop=list(stop) if stop else [],
+            stop_token_ids=list(fields.get("stop_token_ids") or []),
+            ignore_eos=bool(fields.get("ignore_eos")),
+            max_tokens=max_tokens,
+            min_tokens=fields.get("min_tokens") or 0,
+            logprobs=fields.get("logprobs"),
+            prompt_logprobs=fields.get("prompt_logprobs"),
+            logprob_token_ids=fields.get("logprob_token_ids") or None,
+            skip_special_tokens=fields.get("skip_special_tokens", True),
+            spaces_between_special_tokens=fields.get("spaces_between_special_tokens", True),
+            include_stop_str_in_output=bool(fields.get("include_stop_str_in_output")),
+            output_kind=OutputKind.DELTA if stream else OutputKind.FINAL_ONLY,
+            stream_interval=fields.get("stream_interval"),
+            logit_bias=convert_logit_bias(fields.get("logit_bias")),
+            allowed_token_ids=fields.get("allowed_token_ids"),
+            bad_words=list(fields.get("bad_words") or []),
+            repetition_detection=(msgspec.convert(repetition, RepetitionDetection)
+                                  if repetition else None),
+            watermarking=False,
+        )
+    except msgspec.ValidationError as e:
+        raise ApiError(str(e)) from e
+    normalize(params)
+    try:
+        check(params)  # SamplingParams.__post_init__ rules
+    except ValidationError as e:
+        raise from_validation(e) from e
+    if params.temperature < 1e-5:  # greedy: the engine ignores these anyway
+        params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
+    if params.bad_words:
+        params.bad_words_token_ids = bad_words_token_ids(model, params.bad_words)
+    apply_generation_config(params, eos_token_id=model.eos_token_id,
+                            generation_eos_ids=model.generation_eos_ids)
+    params.skip_reading_prefix_cache = params.prompt_logprobs is not None
+    return params
+
+
+def child_params(params: SamplingParams, sample: int) -> SamplingParams:
+    """The n=1 engine request for sample ``sample`` of a request with n samples."""
+    if params.n == 1:
+        return params
+    child = msgspec.structs.replace(params, n=1)
+    if params.seed is not None:
+        child.seed = params.seed + sample
+    return child

@@ -1,0 +1,267 @@
+"""Incremental detokenization, stop strings and logprob token texts.
+
+Byte-for-byte compatibility with vLLM 0.32's Python frontend is the goal, so the
+algorithms follow ``vllm/v1/engine/detokenizer.py`` (FastIncrementalDetokenizer
++ stop-string checks) and ``vllm/v1/engine/logprobs.py`` (per-token texts with
+the U+FFFD repair): a ``tokenizers`` DecodeStream primed with the prompt, the
+last token of a STOP finish left undecoded, the earliest-ending stop string
+winning, and a hold-back of ``max(len(stop)) - 1`` characters while streaming.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+from tokenizers import decoders
+
+if TYPE_CHECKING:
+    from frontend.model import ModelInfo
+
+log = logging.getLogger("frontend.text")
+
+INVALID_PREFIX_ERR_MSG = "Invalid prefix encountered"
+REPLACEMENT_CHAR = "\ufffd"
+
+
+def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
+                       include_in_output: bool) -> tuple[str, int] | None:
+    """(matched stop string, truncate-to offset or -1) for the newest text, or None.
+
+    Only the last ``new_char_count`` characters (plus ``len(stop) - 1`` before
+    them) are searched; the stop string that ends earliest wins, ties go to
+    list order.
+    """
+    if not new_char_count or not stop:
+        return None
+    best: str | None = None
+    best_index = 0
+    best_end = sys.maxsize
+    for stop_str in stop:
+        index = output_text.find(stop_str, 1 - new_char_count - len(stop_str))
+        if index == -1:
+            continue
+        end = index + len(stop_str)
+        if end < best_end:
+            best, best_index, best_end = stop_str, index, end
+    if best is None:
+        return None
+    if include_in_output:
+        return (best, -1) if best_end >= len(output_text) else (best, best_end)
+    return best, best_index
+
+
+class IncrementalDetokenizer:
+    """Text of one generated sequence, fed with the engine's per-step token deltas."""
+
+    __slots__ = ("_model", "_stream", "_skip_special", "_spaces_between_special",
+                 "_last_special", "stop", "min_tokens", "include_stop_str_in_output",
+                 "stop_buffer_length", "token_ids", "output_text", "_last_output_offset")
+
+    def __init__(self, model: "ModelInfo", prompt_token_ids: list[int], *,
+                 skip_special_tokens: bool = True,
+                 spaces_between_special_tokens: bool = True,
+                 stop: list[str] | None = None, min_tokens: int = 0,
+                 include_stop_str_in_output: bool = False) -> None:
+        self._model = model
+        self._skip_special = skip_special_tokens
+        self._stream = decoders.DecodeStream(
+            ids=prompt_token_ids, skip_special_tokens=skip_special_tokens)
+        # Spaces between consecutive added tokens are suppressed only when
+        # specials are kept and the client asked for it.
+        self._spaces_between_special = (skip_special_tokens or spaces_between_special_tokens
+                                        or not model.added_token_ids)
+        self._last_special = False
+        self.stop = stop or []
+        self.min_tokens = min_tokens
+        self.include_stop_str_in_output = include_stop_str_in_output
+        self.stop_buffer_length = (max(len(s) for s in self.stop) - 1
+                                   if self.stop and not include_stop_str_in_output else 0)
+        self.token_ids: list[int] = []
+        self.output_text = ""
+        self._last_output_offset = 0
+
+    def update(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
+        """Append a step's tokens; return the stop string that matched, if any.
+
+        On a match the text is truncated and tokens after the one that
+        completed the match are dropped (possible with multi-token steps).
+        """
+        if not new_token_ids:
+            return None
+        skipped_stop_token = None
+        if stop_terminated and not self.include_stop_str_in_output:
+            # The EOS/stop token that ended generation is not detokenized.
+            skipped_stop_token = new_token_ids[-1]
+            new_token_ids = new_token_ids[:-1]
+        num_prev = len(self.token_ids)
+        offsets = [len(self.output_text)] if self.stop else None
+        for token_id in new_token_ids:
+            self.token_ids.append(token_id)
+            self.output_text += self._decode_next(token_id)
+            if offsets is not None:
+                offsets.append(len(self.output_text))
+        if skipped_stop_token is not None:
+            self.token_ids.append(skipped_stop_token)
+            if offsets is not None:
+                offsets.append(len(self.output_text))
+        if offsets is None or len(self.token_ids) <= self.min_tokens:
+            return None
+        check_from = offsets[max(self.min_tokens - num_prev, 0)]
+        match = check_stop_strings(self.output_text, len(self.output_text) - check_from,
+                                   self.stop, self.include_stop_str_in_output)
+        if match is None:
+            return None
+        stop_string, truncate_to = match
+        stop_end = len(self.output_text) if truncate_to == -1 else truncate_to
+        if not self.include_stop_str_in_output:
+            stop_end += len(stop_string)
+        kept = bisect_left(offsets, stop_end, lo=1)
+        del self.token_ids[num_prev + kept:]
+        if truncate_to != -1:
+            self.output_text = self.output_text[:truncate_to]
+        return stop_string
+
+    def next_text(self, finished: bool) -> str:
+        """New text since the last call, holding back a possible partial stop string."""
+        length = len(self.output_text) - (0 if finished else self.stop_buffer_length)
+        last = self._last_output_offset
+        if last < length:
+            self._last_output_offset = length
+            return self.output_text[last:length]
+        return ""
+
+    def _decode_next(self, token_id: int) -> str:
+        token = self._step(token_id)
+        if not self._spaces_between_special:
+            special = self._model.added_token_ids.get(token_id)
+            if special is not None and self._last_special:
+                token = special  # raw token, without the separating space
+            self._last_special = special is not None
+        return token or ""
+
+    def _step(self, token_id: int) -> str | None:
+        try:
+            return self._stream.step(self._model.tokenizer, token_id)
+        except (OverflowError, TypeError):
+            log.error("invalid token id from the engine: %r", token_id)
+            return None
+        except Exception as e:
+            if not str(e).startswith(INVALID_PREFIX_ERR_MSG):
+                raise
+            # tokenizers can produce non-monotonic invalid UTF-8 and break the
+            # stream's state; start a fresh stream like vLLM does.
+            self._stream = decoders.DecodeStream(skip_special_tokens=self._skip_special)
+            return self._stream.step(self._model.tokenizer, token_id)
+
+
+class TokenTexts:
+    """Per-token texts for logprobs, with vLLM's repair of split UTF-8 characters.
+
+    ``decode([id])`` is cached per id: logprob requests decode k+1 ids per
+    position, and the same ids come up again and again.
+    """
+
+    def __init__(self, model: "ModelInfo") -> None:
+        self._model = model
+        self._cache: dict[int, str] = {}
+
+    def single(self, token_id: int) -> str:
+        text = self._cache.get(token_id)
+        if text is None:
+            text = self._model.decode([token_id]) or ""
+            self._cache[token_id] = text
+        return text
+
+    def position(self, token_ids: list[int], context: list[int]) -> list[str]:
+        """Texts of the alternatives at one position, given preceding sampled ids."""
+        texts = [self.single(t) for t in token_ids]
+        for i, text in enumerate(texts):
+            if text.endswith(REPLACEMENT_CHAR):
+                texts[i] = self._repair(token_ids[i], context)
+        return texts
+
+    def _repair(self, token_id: int, context: list[int]) -> str:
+        """The text a byte-fallback token adds after up to 4 context tokens."""
+        decode = self._model.decode
+        for num_ctx in range(1, min(len(context), 4) + 1):
+            ctx = context[-num_ctx:]
+            full = decode(ctx + [token_id])
+            if full.endswith(REPLACEMENT_CHAR):
+                continue
+            clean_end = len(ctx)
+            for j in range(len(ctx) - 1, -1, -1):
+                if self.single(ctx[j]).endswith(REPLACEMENT_CHAR):
+                    clean_end = j
+                else:
+                    break
+            prefix = decode(ctx[:clean_end]) if clean_end > 0 else ""
+            if full.startswith(prefix):
+                return full[len(prefix):]
+            common = 0
+            for a, b in zip(prefix, full):
+                if a != b:
+                    break
+                common += 1
+            return full[common:]
+        return ""
+
+
+# One logprobs position: token id -> (logprob, rank, text), sampled token first.
+Position = dict[int, tuple[float, int, str]]
+
+
+def make_position(token_ids: list[int], logprobs: list[float], sampled_rank: int,
+                  num_logprobs: int, texts: list[str]) -> Position:
+    """vLLM's per-position dict: the sampled token (its rank), then top-k ranks 1..k.
+
+    A token that appears twice keeps its first place and the later values,
+    exactly like vLLM's dict comprehension.
+    """
+    if num_logprobs == -1:
+        num_logprobs = len(logprobs)
+    ranks = [sampled_rank, *range(1, num_logprobs + 1)]
+    return {t: (lp, r, s) for t, lp, r, s in zip(token_ids, logprobs, ranks, texts)}
+
+
+class LogprobsState:
+    """Sample (and prompt) logprobs of one sequence, decoded position by position."""
+
+    __slots__ = ("texts", "num_logprobs", "num_prompt_logprobs", "sample", "prompt",
+                 "cumulative")
+
+    def __init__(self, texts: TokenTexts, num_logprobs: int | None,
+                 num_prompt_logprobs: int | None) -> None:
+        self.texts = texts
+        self.num_logprobs = num_logprobs
+        self.num_prompt_logprobs = num_prompt_logprobs
+        self.sample: list[Position] = []
+        # Prompt position 0 has no logprob.
+        self.prompt: list[Position | None] | None = (
+            [None] if num_prompt_logprobs is not None else None)
+        self.cumulative = 0.0
+
+    @staticmethod
+    def _context(positions: list) -> list[int]:
+        return [next(iter(p)) for p in positions[-4:] if p]
+
+    def add_sample(self, token_rows: list[list[int]], logprob_rows: list[list[float]],
+                   ranks: list[int]) -> list[Position]:
+        """Positions for one engine step; returns the new ones."""
+        new: list[Position] = []
+        for ids, lps, rank in zip(token_rows, logprob_rows, ranks):
+            texts = self.texts.position(ids, self._context(self.sample))
+            self.cumulative += lps[0]
+            pos = make_position(ids, lps, rank, self.num_logprobs, texts)
+            self.sample.append(pos)
+            new.append(pos)
+        return new
+
+    def add_prompt(self, token_rows: list[list[int]], logprob_rows: list[list[float]],
+                   ranks: list[int]) -> None:
+        assert self.prompt is not None
+        for ids, lps, rank in zip(token_rows, logprob_rows, ranks):
+            texts = self.texts.position(ids, self._context(self.prompt))
+            self.prompt.append(make_position(ids, lps, rank, self.num_prompt_logprobs, texts))
