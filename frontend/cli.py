@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
+import tempfile
 
 from frontend.engine_client import derive_addresses
 from frontend.model import load_model_info
@@ -27,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input socket address (default: engine-addr port + 1)")
     p.add_argument("--engine-output-addr", default=None,
                    help="output socket address (default: engine-addr port + 2)")
+    p.add_argument("--engine-state-file", default=None,
+                   help="where the engine's ready response is kept so that a restarted "
+                        "frontend re-attaches to a running engine without a new handshake "
+                        "(default: $XDG_RUNTIME_DIR or /tmp, named after --engine-addr; "
+                        "'' disables)")
     p.add_argument("--model", required=True,
                    help="local Hugging Face model directory (tokenizer and configs)")
     p.add_argument("--served-model-name", nargs="+", default=None,
@@ -67,11 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"frontend: {e}", file=sys.stderr)
         return 2
+    state_file = args.engine_state_file
+    if state_file is None:
+        safe = re.sub(r"[^A-Za-z0-9]+", "_", args.engine_addr).strip("_")
+        state_file = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(),
+                                  f"vllm-frontend-{safe}.state")
     config = ServerConfig(
         host=args.host, port=args.port, engine_ready_timeout=args.engine_ready_timeout,
         max_logprobs=args.max_logprobs, force_include_usage=args.enable_force_include_usage,
         max_pending_deltas=args.max_stream_buffer, shutdown_timeout=args.shutdown_timeout,
-        enable_debug_endpoints=args.enable_debug_endpoints)
+        enable_debug_endpoints=args.enable_debug_endpoints,
+        engine_state_file=state_file or None)
     import uvloop
     return uvloop.run(_run(Server(model, addresses, config)))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import pathlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -79,8 +80,10 @@ class EngineClient:
     def __init__(self, addresses: EngineAddresses, *,
                  on_outputs: Callable[[wire.EngineCoreOutputs], None],
                  on_dead: Callable[[str], None],
-                 on_ready: Callable[[hs.ReadyResponse], None] | None = None) -> None:
+                 on_ready: Callable[[hs.ReadyResponse], None] | None = None,
+                 state_file: str | None = None) -> None:
         self.addresses = addresses
+        self.state_file = pathlib.Path(state_file) if state_file else None
         self._on_outputs = on_outputs
         self._on_dead = on_dead
         self._on_ready = on_ready
@@ -154,6 +157,17 @@ class EngineClient:
 
     async def _supervise(self, progress: Callable[[str], None] | None) -> None:
         """Answer every HELLO: the first engine, and any engine restarted later."""
+        reattach = None
+        cached = self._load_state()
+        if cached is not None:
+            reattach = asyncio.create_task(self._reattach(cached))
+        try:
+            await self._answer_hellos(progress)
+        finally:
+            if reattach is not None:
+                reattach.cancel()
+
+    async def _answer_hellos(self, progress: Callable[[str], None] | None) -> None:
         started = time.monotonic()
         next_report = 10.0
         while not self._closed:
@@ -218,12 +232,68 @@ class EngineClient:
         hs.check_engine_version(ready)
         if ready is None:
             raise ProtocolError("engine sent an empty ready response; max_model_len unknown")
+        self._attach(ready)
+        self._save_state(ready)
+
+    def _attach(self, ready: hs.ReadyResponse) -> None:
         self.ready, self.alive, self.death_reason = ready, True, None
         log.info("engine attached: vLLM %s, max_model_len %d, dtype %s, max_num_seqs %d",
                  ready.vllm_version, ready.max_model_len, ready.dtype, ready.max_num_seqs)
         if self._on_ready:
             self._on_ready(ready)
         self._attached.set()
+
+    # ------------------------------------------------------------ re-attaching
+    # A headless engine handshakes once. When this frontend restarts on the
+    # same addresses, the running engine's DEALER and PUSH reconnect by
+    # themselves, but it never says HELLO again and never resends its ready
+    # response; so the ready response is kept in a state file, and a utility
+    # probe tells when the engine is back on the input socket.
+
+    def _load_state(self) -> hs.ReadyResponse | None:
+        if self.state_file is None or not self.state_file.exists():
+            return None
+        try:
+            return hs.decode_ready_response(self.state_file.read_bytes())
+        except (OSError, ProtocolError) as e:
+            log.warning("ignoring engine state file %s: %s", self.state_file, e)
+            return None
+
+    def _save_state(self, ready: hs.ReadyResponse) -> None:
+        if self.state_file is None:
+            return
+        try:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.state_file.with_suffix(".tmp")
+            tmp.write_bytes(hs.encode_ready_response(ready))
+            tmp.replace(self.state_file)
+        except OSError as e:
+            log.warning("cannot write engine state file %s: %s", self.state_file, e)
+
+    async def _reattach(self, cached: hs.ReadyResponse) -> None:
+        """Probe for an engine that is already running; adopt it if it answers."""
+        call_id = next(self._call_ids)
+        fut = self._loop.create_future()
+        self._utility_calls[call_id] = fut
+        frames = wire.encode_utility(call_id, "get_supported_tasks")
+        try:
+            while not self.alive and not fut.done():
+                try:
+                    self._input.send_multipart([ENGINE_IDENTITY, *frames], zmq.NOBLOCK)
+                except zmq.ZMQError:
+                    pass  # EHOSTUNREACH: no engine connected (yet)
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), 0.1)
+                except asyncio.TimeoutError:
+                    continue
+            if fut.done() and not self.alive:
+                hs.check_engine_version(cached)
+                log.info("re-attached to a running engine (no new handshake)")
+                self._attach(cached)
+        except EngineVersionError as e:
+            log.error("%s", e)
+        finally:
+            self._utility_calls.pop(call_id, None)
 
     # ------------------------------------------------------------ sending
     def send_add(self, frames: list[bytes]) -> None:

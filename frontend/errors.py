@@ -46,7 +46,7 @@ def from_msgspec(e: msgspec.ValidationError | msgspec.DecodeError) -> ApiError:
         path = re.sub(r"\[(\d+)\]", r".\1", match.group(1))
         param = "body" + path
         text = text[:match.start()]
-    if isinstance(e, msgspec.DecodeError):
+    if not isinstance(e, msgspec.ValidationError):  # (ValidationError subclasses DecodeError)
         text = f"JSON decode error: {text}"
     return schema_error(text, param)
 

@@ -35,6 +35,7 @@ FINISH_STOP = wire.FinishReason.STOP
 FINISH_ABORT = wire.FinishReason.ABORT
 FINISH_ERROR = wire.FinishReason.ERROR
 FINISH_NAMES = wire.FINISH_REASON_NAMES
+RECENTLY_GONE_MAX = 8192
 
 
 class RequestFailed(Exception):
@@ -158,6 +159,9 @@ class Table:
         self._limits = limits
         self.entries: dict[str, Choice] = {}
         self.token_texts = TokenTexts(model)
+        # Engine ids this process aborted or saw finish recently: a late output
+        # for one of them is expected and must not trigger another ABORT.
+        self._recently_gone: dict[str, None] = {}
         self.observer = observer  # metrics hooks; may be None
 
     def __len__(self) -> int:
@@ -223,7 +227,8 @@ class Table:
         for out in outs.outputs:
             choice = entries.get(out.request_id)
             if choice is None:
-                continue  # late output of an aborted or failed request
+                self._on_unknown_output(out)
+                continue
             group = choice.group
             self._apply(choice, out, outs.weight_version)
             if group.stream or group.done:  # non-streaming handlers wait for the end
@@ -255,7 +260,7 @@ class Table:
         if matched is not None:
             new_ids = new_ids[:len(choice.detok.token_ids) - num_prev]
             if finish is None:
-                self.engine.abort([choice.engine_id])  # the engine knows no stop strings
+                self._abort_ids([choice.engine_id])  # the engine knows no stop strings
             finish, stop_reason = FINISH_STOP, matched
         if new_ids and weight_version is not None:
             _track_weight_version(choice, weight_version, len(new_ids))
@@ -295,6 +300,21 @@ class Table:
                                 lp.logprobs.rows()[:num_tokens],
                                 lp.ranks.flat()[:num_tokens])
 
+    def _on_unknown_output(self, out: wire.EngineCoreOutput) -> None:
+        """A request this process does not track: aborted here, or left over by a
+        previous frontend process before a re-attach. Stop the latter."""
+        rid = out.request_id
+        if out.finish_reason is None and rid not in self._recently_gone:
+            self._abort_ids([rid])
+
+    def _abort_ids(self, ids: list[str]) -> None:
+        gone = self._recently_gone
+        for rid in ids:
+            gone[rid] = None
+        while len(gone) > RECENTLY_GONE_MAX:
+            del gone[next(iter(gone))]
+        self.engine.abort(ids)
+
     # ------------------------------------------------------------ teardown
     def release(self, group: Group) -> None:
         """Handler exit (normal, error or disconnect): nothing may stay behind."""
@@ -304,7 +324,7 @@ class Table:
         unfinished = [c.engine_id for c in group.choices
                       if not c.finished and self.entries.pop(c.engine_id, None) is not None]
         if unfinished:
-            self.engine.abort(unfinished)
+            self._abort_ids(unfinished)
             if self.observer:
                 self.observer.on_abort(group, len(unfinished))
         group.num_unfinished = 0
@@ -321,7 +341,7 @@ class Table:
             c.finished = True
         group.num_unfinished = 0
         if unfinished:
-            self.engine.abort(unfinished)
+            self._abort_ids(unfinished)
         group.wake()
 
     def fail_all(self, reason: str) -> None:

@@ -39,6 +39,7 @@ class ServerConfig:
     shutdown_timeout: float = 30.0
     enable_debug_endpoints: bool = False
     max_request_body: int = 32 * 1024 * 1024
+    engine_state_file: str | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -48,7 +49,8 @@ class Server:
         self.model = model
         self.config = config
         self.engine = EngineClient(addresses, on_outputs=self._on_outputs,
-                                   on_dead=self._on_engine_dead, on_ready=self._on_ready)
+                                   on_dead=self._on_engine_dead, on_ready=self._on_ready,
+                                   state_file=config.engine_state_file)
         self.table = Table(self.engine, model, self.limits)
         self.ready: ReadyResponse | None = None
         self.renderer: Renderer | None = None
