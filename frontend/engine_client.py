@@ -97,6 +97,7 @@ class EngineClient:
         self._output: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
         self._pending_aborts: list[str] = []
+        self.num_aborts_sent = 0  # engine ids in ABORT messages sent (for /metrics)
         self._abort_scheduled = False
         self._call_ids = itertools.count(1)
         self._utility_calls: dict[int, asyncio.Future] = {}
@@ -121,6 +122,11 @@ class EngineClient:
             zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self._loop.add_reader(self._output.getsockopt(zmq.FD), self._on_output_readable)
         self._loop.add_reader(self._monitor.getsockopt(zmq.FD), self._on_monitor_readable)
+        # zmq's FD is edge-triggered and only signals once a read has found the
+        # socket empty: without this first drain the inproc monitor never wakes
+        # the loop, and an engine that exits silently is never noticed.
+        self._on_output_readable()
+        self._on_monitor_readable()
         log.info("waiting for an engine: handshake %s, input %s, output %s",
                  a.handshake, a.input, a.output)
 
@@ -171,10 +177,17 @@ class EngineClient:
         started = time.monotonic()
         next_report = 10.0
         while not self._closed:
-            hello = await self._poll_handshake(0.05)
+            try:
+                hello = await self._poll_handshake(0.05)
+            except ProtocolError as e:
+                log.warning("ignoring a bad message on the handshake socket: %s", e)
+                continue
             if hello is None:
+                if self.alive:  # waiting time counts from the engine's death
+                    started, next_report = time.monotonic(), 10.0
+                    continue
                 waited = time.monotonic() - started
-                if not self.alive and waited >= next_report:
+                if waited >= next_report:
                     msg = f"still waiting for an engine at {self.addresses.handshake} ({waited:.0f} s)"
                     log.info(msg)
                     if progress:
@@ -223,10 +236,16 @@ class EngineClient:
                 got_ready_response = True
                 continue
             if self._handshake.poll(0):
-                _, payload = self._handshake.recv_multipart()[:2]
+                sender, payload = self._handshake.recv_multipart()[:2]
                 status = hs.decode_status(payload)
                 if status.status == "READY":
                     got_ready = True
+                elif status.status == "HELLO":
+                    # The engine was restarted before it got ready: start over.
+                    log.info("engine %s said HELLO again; sending addresses", sender.hex())
+                    self._handshake.send_multipart(
+                        [sender, hs.encode_init([a.input], [a.output])])
+                    got_ready_response = got_ready = False
                 continue
             await asyncio.sleep(0.02)
         hs.check_engine_version(ready)
@@ -315,6 +334,7 @@ class EngineClient:
         if ids and self.alive:
             try:
                 self._send(wire.encode_abort(ids))
+                self.num_aborts_sent += len(ids)
             except EngineDeadError:
                 pass
 
@@ -405,6 +425,9 @@ class EngineClient:
     # ------------------------------------------------------------ shutdown
     async def close(self) -> None:
         self._closed = True
+        if self._disconnect_timer is not None:
+            self._disconnect_timer.cancel()
+            self._disconnect_timer = None
         if self._supervisor is not None:
             self._supervisor.cancel()
             try:

