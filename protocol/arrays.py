@@ -71,6 +71,8 @@ class NDArray(msgspec.Struct, array_like=True, gc=False):
             raise ProtocolError(f"unsupported array dtype {self.dtype!r}") from None
         if len(buf) % size:
             raise ProtocolError(f"array buffer of {len(buf)} bytes is not {self.dtype}")
+        if fmt == "e":  # memoryview.cast has no half-precision format
+            return list(struct.unpack(f"<{len(buf) // 2}e", buf))
         return buf.cast(fmt).tolist()
 
     def rows(self, frames: Sequence[Any] = ()) -> list[list]:

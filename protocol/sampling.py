@@ -119,6 +119,11 @@ def check(p: SamplingParams, limits: ModelLimits | None = None) -> None:
 
 
 def _check_args(p: SamplingParams, max_n: int) -> None:
+    # Type rules of _verify_args get vLLM's text. bool is refused too: the
+    # engine's msgspec decoder rejects it for an int field (vLLM's constructor
+    # does not).
+    if type(p.n) is not int:
+        raise ValidationError(f"n must be an int, but is of type {type(p.n)}")
     if p.n < 1:
         raise ValidationError(f"n must be at least 1, got {p.n}.")
     if p.n > max_n:
@@ -153,6 +158,8 @@ def _check_args(p: SamplingParams, max_n: int) -> None:
                               parameter="top_p", value=p.top_p)
     if p.top_k < -1:
         raise ValidationError(f"top_k must be 0 (disable), or at least 1, got {p.top_k}.")
+    if type(p.top_k) is not int:
+        raise ValidationError(f"top_k must be an integer, got {type(p.top_k).__name__}")
     if not 0.0 <= p.min_p <= 1.0:
         raise ValidationError(f"min_p must be in [0, 1], got {p.min_p}.")
     if p.max_tokens is not None and p.max_tokens < 1:
@@ -175,6 +182,9 @@ def _check_args(p: SamplingParams, max_n: int) -> None:
         raise ValidationError(
             f"prompt_logprobs must be non-negative or -1, got {p.prompt_logprobs}.",
             parameter="prompt_logprobs", value=p.prompt_logprobs)
+    if p.stop_token_ids and not all(type(t) is int for t in p.stop_token_ids):
+        raise ValidationError(
+            f"stop_token_ids must contain only integers, got {p.stop_token_ids}.")
     if p.stop and any(not s for s in p.stop):
         raise ValidationError("stop cannot contain an empty string.")
     if p.stop and not p.detokenize:
@@ -188,13 +198,17 @@ def _check_args(p: SamplingParams, max_n: int) -> None:
         raise ValidationError(f"output_kind must be 0, 1 or 2, got {p.output_kind}.")
     if p.repetition_detection is not None:
         _check_repetition_detection(p.repetition_detection)
-    if p.temperature < SAMPLING_EPS and p.n > 1:
+    # __post_init__ raises temperatures in (0, MIN_TEMPERATURE) to
+    # MIN_TEMPERATURE before this test, so only 0 is greedy.
+    if p.temperature < SAMPLING_EPS and not 0.0 < p.temperature < MIN_TEMPERATURE \
+            and p.n > 1:
         raise ValidationError(f"n must be 1 when using greedy sampling, got {p.n}.")
 
 
 def _check_extra_args(extra_args: dict[str, Any]) -> None:
     # msgpack (and so the engine) only carries signed/unsigned 64-bit integers.
     pending: list[Any] = [extra_args]
+    visited: set[int] = set()  # a self-referencing container must not loop forever
     while pending:
         value = pending.pop()
         if isinstance(value, int) and not isinstance(value, bool) \
@@ -202,6 +216,10 @@ def _check_extra_args(extra_args: dict[str, Any]) -> None:
             raise ValidationError(
                 "extra_args integers must be between -2**63 and 2**64 - 1.",
                 parameter="extra_args")
+        if isinstance(value, (dict, list, tuple)):
+            if id(value) in visited:
+                continue
+            visited.add(id(value))
         if isinstance(value, dict):
             pending.extend(value.keys())
             pending.extend(value.values())
@@ -273,7 +291,8 @@ def _check_against_model(p: SamplingParams, limits: ModelLimits) -> None:
     if p.bad_words_token_ids:
         if len(p.bad_words_token_ids) > MAX_NUM_BAD_WORDS:
             raise ValidationError(
-                f"Too many bad words: {len(p.bad_words_token_ids)}. The max number is "
+                "Too many bad words after tokenization: "
+                f"{len(p.bad_words_token_ids)}. The max number is "
                 f"{MAX_NUM_BAD_WORDS}.", parameter="bad_words", value=p.bad_words)
         flat = [t for ids in p.bad_words_token_ids for t in ids]
         if bad := _out_of_vocab(flat, vocab):

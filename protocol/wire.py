@@ -135,20 +135,33 @@ _outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs, ext_hook=ext_hook)
 
 
 def check_prompt(prompt_token_ids: Sequence[int], limits: ModelLimits) -> None:
-    """The prompt checks the engine does not do (a bad prompt crashes it)."""
+    """The prompt checks the engine does not do (a bad prompt crashes it).
+
+    Messages are vLLM's: the renderer's for a prompt longer than the context,
+    the input processor's for an empty one or one that leaves no room for output,
+    ``validate_token_ids``'s (lowest negative id, else highest id) for vocab.
+    """
     n = len(prompt_token_ids)
     if n == 0:
-        raise ValidationError("The prompt cannot be empty.")
-    if n >= limits.max_model_len:
+        raise ValidationError("The decoder prompt cannot be empty")
+    max_len = limits.max_model_len
+    if n > max_len:
         raise ValidationError(
-            f"This model's maximum context length is {limits.max_model_len} tokens. "
+            f"This model's maximum context length is {max_len} tokens. "
             f"However, your prompt contains {n} input tokens, which exceeds this limit "
             "even without any output tokens. Please reduce the length of the input "
             "prompt.", parameter="input_tokens", value=n)
-    vocab = limits.vocab_size
-    if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
-        bad = next(t for t in prompt_token_ids if t < 0 or t >= vocab)
-        raise ValidationError(f"Token id {bad} is out of vocabulary", parameter="prompt")
+    if n == max_len:
+        raise ValidationError(
+            f"The decoder prompt (length {n}) plus the number of requested output "
+            f"tokens (at least 1) is longer than the maximum model length of {max_len}. "
+            "Make sure that `max_model_len` is no smaller than the number of text "
+            "tokens (prompt + requested output tokens).")
+    lowest, highest = min(prompt_token_ids), max(prompt_token_ids)
+    if lowest < 0:
+        raise ValidationError(f"Token id {lowest} is out of vocabulary")
+    if highest >= limits.vocab_size:
+        raise ValidationError(f"Token id {highest} is out of vocabulary")
 
 
 def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
@@ -163,9 +176,21 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         raise ValidationError("max_tokens must be set before sending to the engine")
     if request.client_index != 0:
         raise ValidationError("client_index must be 0 (a single output socket)")
-    check_prompt(request.prompt_token_ids or (), limits)
-    check(params, limits)
-    return [RequestType.ADD.value, _encoder.encode(request)]
+    try:
+        check_prompt(request.prompt_token_ids or (), limits)
+        check(params, limits)
+    except TypeError as e:  # a value of the wrong type, e.g. a str temperature
+        raise ValidationError(f"invalid request: {e}") from None
+    try:
+        payload = _encoder.encode(request)
+        # The engine decodes ADD with msgspec's type checks outside any error
+        # handler: a field of the wrong type (True for an int, 1.0 for a token
+        # id) kills its input thread. Decode once with the same field types.
+        _request_decoder.decode(payload)
+    except (TypeError, ValueError, OverflowError, RecursionError,
+            msgspec.MsgspecError) as e:
+        raise ValidationError(f"request cannot be sent to the engine: {e}") from None
+    return [RequestType.ADD.value, payload]
 
 
 def encode_abort(request_ids: Sequence[str]) -> list[bytes]:
