@@ -14,6 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 pytest_plugins = [
     "tests.support.mock_engine",
     "tests.support.real_engine",
+    "tests.support.frontend",
+    "tests.support.vllm_frontend",
 ]
 
 
