@@ -1,0 +1,631 @@
+"""POST /v1/chat/completions: the model's chat template, n choices, streaming and not.
+
+Semantics and response shapes follow vLLM 0.32's Python server
+(``vllm/entrypoints/openai/chat_completion/{protocol,serving}.py``): the
+messages are rendered with the chat template (``frontend/chat_template.py``),
+tokenized without special tokens, and fanned out into ``n`` engine requests
+(choice index ``j``). A stream starts, when the first engine output arrives,
+with one role chunk per choice, then content chunks (``finish_reason`` on the
+last one of each choice), at most one usage chunk and exactly one ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from aiohttp import web
+
+from frontend import chat_template
+from frontend.errors import ApiError, from_validation, schema_error
+from frontend.fanout import Choice, Delta, Group
+from frontend.openai.common import (
+    LOGPROB_FLOOR,
+    StreamOptions,
+    decode_body,
+    prompt_logprobs_json,
+    request_id_for,
+    stream_usage_flags,
+    usage_dict,
+    validate_cache_salt,
+)
+from frontend.openai.sampling import (
+    build_sampling_params,
+    check_max_output_tokens,
+    child_params,
+    get_max_tokens,
+)
+from frontend.openai.sse import SseWriter
+from frontend.text import Position
+from protocol.errors import ValidationError
+
+if TYPE_CHECKING:
+    from frontend.server import Server
+
+OFFLOAD_CHARS = 8192  # message characters above which render + tokenize leave the loop
+MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
+RESPONSE_ROLE = "assistant"  # vLLM's --response-role default
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template "
+                      "is not set. Refused request with untrusted chat template.")
+
+
+class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+    messages: Any = msgspec.UNSET
+    model: str | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = False
+    # Any: vLLM rejects non-numbers here before coercing (see validate_request).
+    top_logprobs: Any = 0
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = 1
+    presence_penalty: float | None = None
+    response_format: Any = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    # Any: vLLM's check looks at the raw object ({} is "not set").
+    stream_options: Any = None
+    temperature: float | None = None
+    top_p: float | None = None
+    tools: Any = None
+    tool_choice: Any = msgspec.UNSET
+    functions: Any = None
+    function_call: Any = None
+    reasoning_effort: str | None = None
+    include_reasoning: bool = True
+    parallel_tool_calls: bool | None = True
+    user: str | None = None
+    use_beam_search: bool = False
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: int | None = None
+    truncation_side: str | None = None
+    prompt_logprobs: Any = None
+    logprob_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    echo: bool = False
+    # UNSET: vLLM's "both set" check looks at what the client sent, not the default.
+    add_generation_prompt: bool | msgspec.UnsetType = msgspec.UNSET
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    documents: list[Any] | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    structured_outputs: Any = None
+    priority: int = 0
+    request_id: str | None = None
+    session_id: str | None = None
+    return_tokens_as_token_ids: bool | None = None
+    return_token_ids: bool | None = None
+    return_prompt_text: bool | None = None
+    cache_salt: Any = None  # checked by validate_cache_salt, as vLLM does
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    repetition_detection: dict[str, int] | None = None
+    stream_interval: int | None = None
+
+
+def _invalid(message: str, parameter: str | None = None, value: Any = None) -> ApiError:
+    return from_validation(ValidationError(message, parameter=parameter, value=value))
+
+
+def validate_request(req: ChatCompletionRequest) -> None:
+    """vLLM's request-model checks, before anything else runs.
+
+    First its ``mode="before"`` model validators in pydantic's order (the last
+    defined runs first; their errors are plain BadRequestErrors), then the field
+    constraints (schema errors, "Bad Request").
+    """
+    # check_generation_prompt: only values the client sent count
+    if req.continue_final_message and req.add_generation_prompt is True:
+        raise _invalid("Cannot set both `continue_final_message` and "
+                       "`add_generation_prompt` to True.")
+    # check_tool_usage
+    if req.tools == []:
+        raise _invalid("`tools` must not be an empty array. Either provide at least one "
+                       "tool or omit the field entirely.", "tools")
+    if req.tool_choice is msgspec.UNSET:
+        req.tool_choice = "auto" if req.tools else "none"
+    choice = req.tool_choice
+    if choice is not None and choice != "none":
+        if req.tools is None:
+            raise _invalid("When using `tool_choice`, `tools` must be set.", "tool_choice")
+        if choice not in ("auto", "required") and not isinstance(choice, dict):
+            raise _invalid(f"Invalid value for `tool_choice`: {choice}! Only named tools, "
+                           '"none", "auto" or "required" are supported.', "tool_choice")
+    # check_logprobs
+    if req.logprob_token_ids and req.use_beam_search:
+        raise _invalid("`logprob_token_ids` is not supported with beam search.",
+                       "logprob_token_ids")
+    if req.logprob_token_ids and not req.logprobs:
+        raise _invalid("when using `logprob_token_ids`, `logprobs` must be set to true.",
+                       "logprob_token_ids")
+    for name in ("prompt_logprobs", "top_logprobs"):
+        value = getattr(req, name)
+        if value is not None and not isinstance(value, (int, float)):
+            raise _invalid(f"`{name}` must be an integer.", name, value)
+    prompt_logprobs = req.prompt_logprobs
+    if prompt_logprobs is not None:
+        if req.stream and (prompt_logprobs > 0 or prompt_logprobs == -1):
+            raise _invalid("`prompt_logprobs` are not available when `stream=True`.",
+                           "prompt_logprobs")
+        if prompt_logprobs < 0 and prompt_logprobs != -1:
+            raise _invalid("`prompt_logprobs` must be a positive value or -1.",
+                           "prompt_logprobs", prompt_logprobs)
+    top = req.top_logprobs
+    if top is not None:
+        if top < 0 and top != -1:
+            raise _invalid("`top_logprobs` must be a positive value or -1.", "top_logprobs",
+                           top)
+        if (top == -1 or top > 0) and not req.logprobs:
+            raise _invalid("when using `top_logprobs`, `logprobs` must be set to true.",
+                           "top_logprobs")
+    # validate_stream_options
+    if req.stream_options and not req.stream:
+        raise _invalid("Stream options can only be defined when `stream=True`.",
+                       "stream_options")
+    # check_cache_salt_support
+    validate_cache_salt(req.cache_salt)
+
+    # field validation
+    if req.messages is msgspec.UNSET:
+        raise schema_error("Field required", "body.messages")
+    if not isinstance(req.messages, list):
+        raise schema_error("Input should be a valid list", "body.messages")
+    if req.top_logprobs is None:  # null means omitted
+        req.top_logprobs = 0
+    for name in ("prompt_logprobs", "top_logprobs"):
+        value = getattr(req, name)
+        if isinstance(value, float) or isinstance(value, bool):
+            if isinstance(value, float) and not value.is_integer():
+                raise schema_error("Input should be a valid integer, got a number with a "
+                                   "fractional part", f"body.{name}")
+            setattr(req, name, int(value))
+    if req.stream_options is not None:
+        try:
+            req.stream_options = msgspec.convert(req.stream_options, StreamOptions,
+                                                 strict=False)
+        except msgspec.ValidationError as e:
+            raise schema_error(str(e), "body.stream_options") from None
+    if isinstance(req.stop, list) and len(req.stop) > MAX_STOP_STRINGS:
+        raise schema_error(f"List should have at most {MAX_STOP_STRINGS} items after "
+                           f"validation, not {len(req.stop)}", "body.stop")
+    if req.truncate_prompt_tokens is not None and req.truncate_prompt_tokens < -1:
+        raise schema_error("Input should be greater than or equal to -1",
+                           "body.truncate_prompt_tokens")
+    if req.truncation_side not in (None, "left", "right"):
+        raise schema_error("Input should be 'left' or 'right'", "body.truncation_side")
+    if req.reasoning_effort is not None and req.reasoning_effort not in REASONING_EFFORTS:
+        raise schema_error("Input should be " + ", ".join(
+            f"'{e}'" for e in REASONING_EFFORTS[:-1]) + f" or '{REASONING_EFFORTS[-1]}'",
+            "body.reasoning_effort")
+    if req.stream_interval is not None and req.stream_interval < 1:
+        raise schema_error("Input should be greater than or equal to 1",
+                           "body.stream_interval")
+
+
+def check_supported(req: ChatCompletionRequest) -> None:
+    """What this frontend (text only, no tool parser) cannot do: a clear 400/501."""
+    choice = req.tool_choice
+    if choice not in (None, "none"):
+        # vLLM's answers when no tool parser is configured.
+        if choice == "auto":
+            raise ApiError('"auto" tool choice requires --enable-auto-tool-choice and '
+                           "--tool-call-parser to be set")
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") \
+                if isinstance(choice.get("function"), dict) else None
+            desc = f'function "{name}"'
+        else:
+            desc = f'"{choice}"'
+        raise ApiError(f"tool_choice={desc} requires --tool-call-parser to be set")
+    if req.tools:
+        raise ApiError("tools are not supported by this frontend (it has no tool-call "
+                       "parser); remove `tools` from the request", param="tools")
+    if req.functions is not None or req.function_call is not None:
+        raise ApiError("`functions` and `function_call` (deprecated function calling) are "
+                       "not supported by this frontend", param="functions")
+    if req.chat_template is not None or (
+            req.chat_template_kwargs and req.chat_template_kwargs.get("chat_template")
+            is not None):
+        raise ApiError(UNTRUSTED_TEMPLATE)
+    if req.use_beam_search:
+        raise ApiError("beam search is not supported by this frontend", 501,
+                       "NotImplementedError")
+    if req.response_format is not None or req.structured_outputs is not None:
+        raise ApiError("structured outputs (response_format, structured_outputs) are not "
+                       "supported by this frontend", param="response_format")
+    if req.logprob_token_ids:
+        raise ApiError("logprob_token_ids is not supported by this frontend",
+                       param="logprob_token_ids")
+
+
+# ---------------------------------------------------------------------------- rendering
+
+@dataclass
+class RenderedChat:
+    conversation: list[dict[str, Any]]
+    text: str
+    token_ids: list[int]
+
+
+def template_kwargs(user_kwargs: dict[str, Any] | None, *,
+                    documents: Any = None, reasoning_effort: str | None = None) -> dict:
+    """vLLM's merge: the client's chat_template_kwargs (None/"auto" values dropped)
+    under the request's own template arguments."""
+    merged = {k: v for k, v in (user_kwargs or {}).items() if v is not None and v != "auto"}
+    if documents is not None:
+        merged["documents"] = documents
+    if reasoning_effort is not None:
+        merged["reasoning_effort"] = reasoning_effort
+        if "enable_thinking" not in (user_kwargs or {}):
+            merged["enable_thinking"] = reasoning_effort != "none"
+    return merged
+
+
+def _chars(conversation: list[dict[str, Any]]) -> int:
+    total = 0
+    for msg in conversation:
+        content = msg.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+    return total
+
+
+async def render_chat(server: "Server", messages: Any, *, add_generation_prompt: bool,
+                      continue_final_message: bool, kwargs: dict[str, Any],
+                      add_special_tokens: bool = False, check_length: bool = True,
+                      truncate: int | None = None, truncation_side: str | None = None,
+                      max_output_tokens: int = 0) -> RenderedChat:
+    """Messages -> (conversation, prompt text, prompt token ids), validated like vLLM.
+
+    Long conversations are rendered and tokenized in a worker thread, so the
+    event loop keeps serving streams meanwhile.
+    """
+    model = server.model
+    try:
+        template = chat_template.for_model(model)
+        conversation = template.parse_messages(messages, model.name)
+    except chat_template.MessageShapeError as e:
+        raise schema_error(e.message, e.parameter) from None
+    except chat_template.ChatTemplateError as e:
+        raise from_validation(e) from None
+    max_model_len = server.max_model_len
+    if truncate is not None and truncate > max_model_len:
+        raise _invalid(f"truncate_prompt_tokens={truncate} cannot be greater than "
+                       f"max_model_len = {max_model_len}. Please request a smaller "
+                       "truncation size.", "truncate_prompt_tokens", truncate)
+
+    keep = None  # prompt tokens to keep (truncate_prompt_tokens), vLLM's TokenizeParams
+    if truncate is not None:
+        keep = truncate
+        if keep == -1:
+            keep = max_model_len if max_output_tokens == 0 else max_model_len - 1
+
+    def work() -> tuple[str, list[int]]:
+        text = template.render(conversation, add_generation_prompt=add_generation_prompt,
+                               continue_final_message=continue_final_message, kwargs=kwargs)
+        source = text
+        max_chars = max_model_len * model.max_chars_per_token
+        if check_length and len(text) > max_chars:
+            if truncate is None:
+                raise ValidationError(
+                    f"This model's maximum context length is {max_model_len} tokens. "
+                    f"However, your prompt contains {len(text)} characters (more than "
+                    f"{max_chars} characters, which is the upper bound for {max_model_len} "
+                    "input tokens). Please reduce the length of the input prompt.",
+                    parameter="input_text", value=len(text))
+            if truncation_side is not None:  # cut to the bound before tokenizing
+                source = text[-max_chars:] if truncation_side == "left" else text[:max_chars]
+        return text, encode_prompt(model, source, add_special_tokens, keep, truncation_side)
+
+    try:
+        if _chars(conversation) < OFFLOAD_CHARS:
+            text, ids = work()
+        else:
+            text, ids = await asyncio.get_running_loop().run_in_executor(None, work)
+    except ValidationError as e:  # ChatTemplateError included
+        raise from_validation(e) from None
+
+    if check_length:
+        if len(ids) > max_model_len:
+            # vLLM tokenizes with max_length = max_model_len + 1, hence "at least".
+            count = max_model_len + 1
+            raise _invalid(f"This model's maximum context length is {max_model_len} tokens. "
+                           f"However, your prompt contains at least {count} input tokens, "
+                           "which exceeds this limit even without any output tokens. Please "
+                           "reduce the length of the input prompt.", "input_tokens", count)
+        if not ids:
+            raise ApiError("The decoder prompt cannot be empty")
+        bad = max(ids)
+        if bad >= model.vocab_size:
+            raise ApiError(f"Token id {bad} is out of vocabulary")
+    return RenderedChat(conversation, text, ids)
+
+
+def encode_prompt(model: Any, text: str, add_special_tokens: bool, keep: int | None,
+                  side: str | None) -> list[int]:
+    """Tokenize the rendered prompt, truncated like vLLM when ``keep`` is set.
+
+    Without an explicit side vLLM lets the tokenizer truncate (loaded with
+    ``truncation_side="left"`` for generative models, special tokens kept);
+    with one it slices the full token list.
+    """
+    if keep is None:
+        return model.encode(text, add_special_tokens=add_special_tokens)
+    if keep == 0:
+        return []
+    if side is not None:
+        ids = model.encode(text, add_special_tokens=add_special_tokens)
+        return ids[-keep:] if side == "left" else ids[:keep]
+    tokenizer = model.tokenizer
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    processor = tokenizer.post_processor
+    num_special = (processor.num_special_tokens_to_add(False)
+                   if add_special_tokens and processor is not None else 0)
+    if len(encoding.ids) > max(keep - num_special, 0):
+        encoding.truncate(max(keep - num_special, 0), direction="left")
+    if add_special_tokens:
+        encoding = tokenizer.post_process(encoding, None, True)
+    return encoding.ids[-keep:]
+
+
+# ---------------------------------------------------------------------------- handler
+
+async def create_chat_completion(server: "Server", request: web.Request) -> web.StreamResponse:
+    req = await decode_body(request, ChatCompletionRequest)
+    validate_request(req)
+    served = server.resolve_model(req.model)
+    check_supported(req)
+    max_model_len = server.max_model_len
+    if req.max_completion_tokens is not None:
+        requested, param = req.max_completion_tokens, "max_completion_tokens"
+    else:
+        requested, param = req.max_tokens, "max_tokens"
+    check_max_output_tokens(requested, max_model_len, param)
+    add_generation_prompt = req.add_generation_prompt is not False
+    rendered = await render_chat(
+        server, req.messages, add_generation_prompt=add_generation_prompt,
+        continue_final_message=req.continue_final_message,
+        kwargs=template_kwargs(req.chat_template_kwargs, documents=req.documents,
+                               reasoning_effort=req.reasoning_effort),
+        add_special_tokens=req.add_special_tokens, truncate=req.truncate_prompt_tokens,
+        truncation_side=req.truncation_side, max_output_tokens=requested or 0)
+    prompt_ids = rendered.token_ids
+
+    fields = msgspec.structs.asdict(req)
+    fields["logprobs"] = req.top_logprobs if req.logprobs else None
+    if req.prompt_logprobs is None and req.echo:
+        fields["prompt_logprobs"] = req.top_logprobs
+    model = server.model
+    max_tokens = get_max_tokens(max_model_len, requested, len(prompt_ids),
+                                model.default_sampling)
+    params = build_sampling_params(model, fields, max_tokens=max_tokens,
+                                   stream=bool(req.stream))
+    rid = request_id_for(request, req.request_id)
+    group = Group(f"chatcmpl-{rid}", stream=bool(req.stream), max_pending=server.max_pending)
+    for j in range(params.n):
+        server.table.add_choice(group, index=j, prompt_index=0, prompt_token_ids=prompt_ids,
+                                params=child_params(params, j))
+    server.admit(group)
+    try:
+        try:
+            server.table.submit(group, priority=req.priority, cache_salt=req.cache_salt)
+        except ValidationError as e:
+            raise from_validation(e) from e
+        view = ChatView(server, req, group, served, rendered, add_generation_prompt)
+        if req.stream:
+            return await view.stream(request)
+        await group.wait_done()
+        server.raise_if_failed(group)
+        return web.Response(body=server.json(view.full_response()),
+                            content_type="application/json")
+    finally:
+        server.table.release(group)
+
+
+# ---------------------------------------------------------------------------- responses
+
+def chat_logprobs(token_ids: list[int], positions: list[Position | None], num_top: int,
+                  as_token_ids: bool) -> dict:
+    """``{"content": [{token, logprob, bytes, top_logprobs: [...]}]}`` (vLLM's format).
+
+    ``top_logprobs`` holds the first ``num_top`` entries of the position (the
+    sampled token first); a token that ended in a partial UTF-8 character has
+    the text ``""`` and no bytes.
+    """
+    content = []
+    for i, token_id in enumerate(token_ids):
+        pos = positions[i] if i < len(positions) else None
+        entry = pos.get(token_id) if pos else None
+        if entry is None:
+            token = f"token_id:{token_id}" if as_token_ids else ""
+            content.append({"token": token, "logprob": LOGPROB_FLOOR,
+                            "bytes": list(token.encode("utf-8", errors="replace")),
+                            "top_logprobs": []})
+            continue
+        lp, _, text = entry
+        top = []
+        for k, (tid, (v, _, t)) in enumerate(pos.items()):
+            if num_top != -1 and k >= num_top:
+                break
+            t = f"token_id:{tid}" if as_token_ids else t
+            top.append({"token": t, "logprob": max(v, LOGPROB_FLOOR),
+                        "bytes": list(t.encode("utf-8", errors="replace"))})
+        content.append({
+            "token": f"token_id:{token_id}" if as_token_ids else text,
+            "logprob": max(lp, LOGPROB_FLOOR),
+            "bytes": list(text.encode("utf-8", errors="replace")),
+            "top_logprobs": top})
+    return {"content": content}
+
+
+class ChatView:
+    """Turns a group's choices into OpenAI chat completion JSON."""
+
+    def __init__(self, server: "Server", req: ChatCompletionRequest, group: Group,
+                 served: str, rendered: RenderedChat, add_generation_prompt: bool) -> None:
+        self.server = server
+        self.req = req
+        self.group = group
+        self.model_name = served
+        self.rendered = rendered
+        self.created = int(group.created)
+        messages = req.messages
+        self.role = (RESPONSE_ROLE if add_generation_prompt
+                     else messages[-1].get("role") if messages else RESPONSE_ROLE)
+        self.echo_text = self._echo_text() if req.echo else ""
+        self.prompt_text = rendered.text if req.return_prompt_text else None
+
+    def _echo_text(self) -> str:
+        """The last message's content when its role is the response's (vLLM's echo)."""
+        conversation = self.rendered.conversation
+        last = conversation[-1] if conversation else None
+        if not last or "content" not in last or last.get("role") != self.role:
+            return ""
+        content = last["content"] or ""
+        if isinstance(content, list):
+            content = "\n".join(p["text"] for p in content if "text" in p)
+        return content
+
+    def _logprobs(self, token_ids: list[int], positions: list[Position | None] | None):
+        if not self.req.logprobs:
+            return None
+        return chat_logprobs(token_ids, positions or [], self.req.top_logprobs,
+                             bool(self.req.return_tokens_as_token_ids))
+
+    # ------------------------------------------------------------ non-streaming
+    def full_response(self) -> dict:
+        req = self.req
+        choices = []
+        num_generated = 0
+        for choice in sorted(self.group.choices, key=lambda c: c.index):
+            positions = choice.logprobs.sample if choice.logprobs else None
+            choices.append({
+                "index": choice.index,
+                "message": {"role": self.role, "content": self.echo_text + choice.text,
+                            "refusal": None, "annotations": None, "audio": None,
+                            "function_call": None, "reasoning": None},
+                "logprobs": self._logprobs(choice.token_ids, positions),
+                "finish_reason": choice.finish_reason or "stop",
+                "stop_reason": choice.stop_reason,
+                "token_ids": choice.token_ids if req.return_token_ids else None,
+                "routed_experts": None,
+            })
+            num_generated += len(choice.token_ids)
+        first = self.group.choices[0]
+        prompt_ids = self.rendered.token_ids
+        return {
+            "id": self.group.request_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model_name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": self.server.system_fingerprint,
+            "usage": usage_dict(len(prompt_ids), num_generated, details=True),
+            "prompt_logprobs": prompt_logprobs_json(
+                first.logprobs.prompt if first.logprobs else None),
+            "prompt_token_ids": prompt_ids if req.return_token_ids else None,
+            "prompt_text": self.prompt_text,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
+        }
+
+    # ------------------------------------------------------------ streaming
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        group, server = self.group, self.server
+        include_usage, continuous = stream_usage_flags(self.req.stream_options,
+                                                       server.force_include_usage)
+        writer = SseWriter(request)
+        await writer.start()
+        emitted = [0] * len(group.choices)
+        prefix = server.json({"id": group.request_id, "object": "chat.completion.chunk",
+                              "created": self.created, "model": self.model_name})[:-1]
+        head = b"data: " + prefix + b',"choices":[{"index":'
+        num_prompt = len(self.rendered.token_ids)
+        started = False
+        while True:
+            await group.wait()
+            deltas = group.take()
+            if deltas:
+                parts = []
+                if not started:  # the first engine output of any choice
+                    started = True
+                    parts.append(self._opening_chunks(head, num_prompt, continuous))
+                for d in deltas:
+                    parts.append(self._chunk(head, d, emitted, num_prompt, include_usage,
+                                             continuous))
+                await writer.write(b"".join(p for p in parts if p))
+            if group.done and not group.pending:
+                break
+        if group.error is not None:
+            await writer.write_error(group.error)
+        elif include_usage:
+            await writer.write_event(server.json({
+                "id": group.request_id, "object": "chat.completion.chunk",
+                "created": self.created, "model": self.model_name, "choices": [],
+                "usage": usage_dict(num_prompt, sum(emitted)),
+                "system_fingerprint": server.system_fingerprint}))
+        await writer.done()
+        return writer.response
+
+    def _opening_chunks(self, head: bytes, num_prompt: int, continuous: bool) -> bytes:
+        """One role chunk per choice (then the echo chunks), as vLLM sends them."""
+        json = self.server.json
+        usage = (b',"usage":' + json({**usage_dict(num_prompt, 0),
+                                      "completion_tokens_details": None})
+                 if continuous else b"")
+        role_tail = (b',"delta":' + json({"role": self.role, "content": ""})
+                     + b',"logprobs":null,"finish_reason":null}]' + usage
+                     + b',"prompt_token_ids":'
+                     + json(self.rendered.token_ids if self.req.return_token_ids else None)
+                     + b',"prompt_text":' + json(self.prompt_text) + b"}\n\n")
+        n = len(self.group.choices)
+        out = [head + str(i).encode() + role_tail for i in range(n)]
+        if self.echo_text:
+            echo_tail = (b',"delta":' + json({"content": self.echo_text})
+                         + b',"logprobs":null,"finish_reason":null}]' + usage + b"}\n\n")
+            out.extend(head + str(i).encode() + echo_tail for i in range(n))
+        return b"".join(out)
+
+    def _chunk(self, head: bytes, d: Delta, emitted: list[int], num_prompt: int,
+               include_usage: bool, continuous: bool) -> bytes | None:
+        c: Choice = d.choice
+        i = c.index
+        if not d.text and not d.token_ids and not emitted[i]:
+            return None  # nothing yet (vLLM skips these, even a bare finish)
+        emitted[i] += len(d.token_ids)
+        json = self.server.json
+        finished = d.finish_reason is not None
+        body: dict[str, Any] = {
+            "delta": {"content": d.text},
+            "logprobs": self._logprobs(d.token_ids, d.logprobs),
+            "finish_reason": d.finish_reason,
+        }
+        if finished:
+            body["stop_reason"] = d.stop_reason
+        body["token_ids"] = d.token_ids if self.req.return_token_ids else None
+        tail = b"}]"
+        if continuous:
+            tail += b',"usage":' + json({**usage_dict(num_prompt, emitted[i]),
+                                         "completion_tokens_details": None})
+        if finished and not include_usage:
+            tail += b',"system_fingerprint":' + json(self.server.system_fingerprint)
+        return head + str(i).encode() + b"," + json(body)[1:-1] + tail + b"}\n\n"
