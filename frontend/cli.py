@@ -9,6 +9,7 @@ import re
 import sys
 import tempfile
 
+from frontend import logs, ops
 from frontend.engine_client import derive_addresses
 from frontend.model import load_model_info
 from frontend.server import Server, ServerConfig
@@ -58,14 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-debug-endpoints", action="store_true",
                    help="serve GET /debug/state (table size, engine has_work)")
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
+    ops.add_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ops_config = ops.config_from_args(args)
+    logs.setup(args.log_level, args.log_format, secrets=ops_config.api_keys)
     try:
+        ops.validate(ops_config)
         addresses = derive_addresses(args.engine_addr, args.engine_input_addr,
                                      args.engine_output_addr)
         model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
@@ -84,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         max_logprobs=args.max_logprobs, force_include_usage=args.enable_force_include_usage,
         max_pending_deltas=args.max_stream_buffer, shutdown_timeout=args.shutdown_timeout,
         enable_debug_endpoints=args.enable_debug_endpoints,
-        engine_state_file=state_file or None)
+        engine_state_file=state_file or None, max_request_body=args.max_request_body_size,
+        ops=ops_config)
     import uvloop
     return uvloop.run(_run(Server(model, addresses, config)))
 

@@ -48,6 +48,10 @@ def from_msgspec(e: msgspec.ValidationError | msgspec.DecodeError) -> ApiError:
         text = text[:match.start()]
     if not isinstance(e, msgspec.ValidationError):  # (ValidationError subclasses DecodeError)
         text = f"JSON decode error: {text}"
+    missing = re.fullmatch(r"Object missing required field `(\w+)`", text)
+    if missing:  # pydantic's loc names the missing field itself
+        param = f"{param}.{missing.group(1)}"
+        text = "Field required"
     return schema_error(text, param)
 
 

@@ -71,7 +71,7 @@ class Choice:
     __slots__ = ("group", "index", "prompt_index", "engine_id", "prompt_token_ids",
                  "params", "detok", "logprobs", "finish_reason", "stop_reason",
                  "finished", "num_cached_tokens", "first_token_time", "last_token_time",
-                 "weight_spans")
+                 "weight_spans", "sent_tokens", "held_ids", "held_positions")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
                  prompt_token_ids: list[int], params: SamplingParams,
@@ -92,6 +92,11 @@ class Choice:
         self.last_token_time = 0.0
         # [{"version", "start", "end"}]: which weights produced which positions.
         self.weight_spans: list[dict] = []
+        # Streaming with stream_interval > 1: tokens sent so far, and the steps
+        # held back since (sent together with the next delta).
+        self.sent_tokens = 0
+        self.held_ids: list[int] = []
+        self.held_positions: list[Position] = []
 
     @property
     def token_ids(self) -> list[int]:
@@ -186,8 +191,13 @@ class Table:
             stop=params.stop, min_tokens=params.min_tokens,
             include_stop_str_in_output=params.include_stop_str_in_output)
         logprobs = None
-        if params.logprobs is not None or params.prompt_logprobs is not None:
-            logprobs = LogprobsState(self.token_texts, params.logprobs, params.prompt_logprobs)
+        # vLLM's SamplingParams.num_logprobs: logprob_token_ids alone also asks
+        # for sample logprobs (one per listed id).
+        num_logprobs = params.logprobs
+        if num_logprobs is None and params.logprob_token_ids:
+            num_logprobs = len(params.logprob_token_ids)
+        if num_logprobs is not None or params.prompt_logprobs is not None:
+            logprobs = LogprobsState(self.token_texts, num_logprobs, params.prompt_logprobs)
         choice = Choice(group, index, prompt_index,
                         self.new_engine_id(group.request_id, prompt_index, index),
                         prompt_token_ids, params, detok, logprobs)
@@ -277,6 +287,16 @@ class Table:
             if self.observer:
                 self.observer.on_choice_finished(choice)
         if group.stream:
+            interval = choice.params.stream_interval or 1
+            if interval > 1:
+                if _hold_for_interval(choice, interval, new_ids, new_positions, finished):
+                    return
+                if choice.held_ids:
+                    new_ids = [*choice.held_ids, *new_ids]
+                    if new_positions is not None:
+                        new_positions = [*choice.held_positions, *new_positions]
+                    choice.held_ids, choice.held_positions = [], []
+                choice.sent_tokens = len(choice.detok.token_ids)
             text = choice.detok.next_text(finished)
             if text or new_ids or finished:
                 group.pending.append(Delta(choice, text, new_ids, new_positions,
@@ -355,6 +375,28 @@ class Table:
                     f"root cause. ({reason})")
             group.num_unfinished = 0
             group.wake()
+
+    def abort_all(self, reason: str) -> None:
+        """Shutdown without draining: ABORT every unfinished engine request (noted
+        as gone, so late outputs for them are dropped, not aborted again) and
+        fail its group."""
+        if self.entries:
+            self._abort_ids(list(self.entries))
+        self.fail_all(reason)
+
+
+def _hold_for_interval(choice: Choice, interval: int, new_ids: list[int],
+                       new_positions: list[Position] | None, finished: bool) -> bool:
+    """vLLM's ``stream_interval`` (its output processor, RequestState): after the
+    first delta, a choice's deltas go out only every ``interval`` tokens and at
+    its finish; the steps in between are held and merged into the next one."""
+    if finished or not choice.sent_tokens or (
+            len(choice.detok.token_ids) - choice.sent_tokens >= interval):
+        return False
+    choice.held_ids.extend(new_ids)
+    if new_positions:
+        choice.held_positions.extend(new_positions)
+    return True
 
 
 def _track_weight_version(choice: Choice, version: str, count: int) -> None:

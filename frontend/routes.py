@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from aiohttp import web
 
-from frontend.errors import ApiError
-from frontend.openai import completions, generate
+from frontend import chat_template
+from frontend.errors import ApiError, schema_error
+from frontend.openai import chat, completions, generate
 from frontend.openai.common import decode_body
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ def add_routes(app: web.Application, server: "Server") -> None:
         return route
 
     app.router.add_post("/v1/completions", bind(completions.create_completion))
+    app.router.add_post("/v1/chat/completions", bind(chat.create_chat_completion))
     app.router.add_post("/inference/v1/generate", bind(generate.create_generate))
     app.router.add_get("/v1/models", bind(list_models))
     app.router.add_get("/health", bind(health))
@@ -32,6 +34,7 @@ def add_routes(app: web.Application, server: "Server") -> None:
     app.router.add_post("/detokenize", bind(detokenize))
     if server.config.enable_debug_endpoints:
         app.router.add_get("/debug/state", bind(debug_state))
+    chat_template.prepare(server.model)  # compile once, before the first chat request
 
 
 def json_response(server: "Server", value: Any, status: int = 200) -> web.Response:
@@ -65,10 +68,11 @@ async def version(server: "Server", request: web.Request) -> web.Response:
 class TokenizeRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     prompt: str | None = None
-    add_special_tokens: bool = True
+    # None: true for a prompt, false for messages (the template adds them).
+    add_special_tokens: bool | None = None
     return_token_strs: bool | None = False
-    messages: list[Any] | None = None
-    add_generation_prompt: bool = True
+    messages: Any = None
+    add_generation_prompt: bool | msgspec.UnsetType = msgspec.UNSET
     continue_final_message: bool = False
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
@@ -79,10 +83,10 @@ async def tokenize(server: "Server", request: web.Request) -> web.Response:
     req = await decode_body(request, TokenizeRequest)
     server.resolve_model(req.model)
     if req.messages is not None:
-        raise ApiError("chat-form tokenization is not available yet", 501,
-                       "NotImplementedError")
-    if req.prompt is not None:
-        ids = (await server.renderer.encode_texts([req.prompt], req.add_special_tokens))[0]
+        ids = await tokenize_chat(server, req)
+    elif req.prompt is not None:
+        add_special = req.add_special_tokens is not False
+        ids = (await server.renderer.encode_texts([req.prompt], add_special))[0]
     else:
         raise ApiError("Either prompt or messages must be provided", 400, "Bad Request",
                        "prompt")
@@ -90,6 +94,28 @@ async def tokenize(server: "Server", request: web.Request) -> web.Response:
                   if req.return_token_strs else None)
     return json_response(server, {"count": len(ids), "max_model_len": server.max_model_len,
                                   "tokens": ids, "token_strs": token_strs})
+
+
+async def tokenize_chat(server: "Server", req: TokenizeRequest) -> list[int]:
+    """The chat form: the same prompt ids /v1/chat/completions would send (no length limit)."""
+    if not isinstance(req.messages, list):
+        raise schema_error("Input should be a valid list", "body.messages")
+    if req.continue_final_message and req.add_generation_prompt is True:
+        raise ApiError("Cannot set both `continue_final_message` and "
+                       "`add_generation_prompt` to True.")
+    if req.chat_template is not None or (
+            req.chat_template_kwargs and req.chat_template_kwargs.get("chat_template")
+            is not None):
+        raise ApiError(chat.UNTRUSTED_TEMPLATE)
+    if req.tools:
+        raise ApiError("tools are not supported by this frontend (it has no tool-call "
+                       "parser); remove `tools` from the request", param="tools")
+    rendered = await chat.render_chat(
+        server, req.messages, add_generation_prompt=req.add_generation_prompt is not False,
+        continue_final_message=req.continue_final_message,
+        kwargs=chat.template_kwargs(req.chat_template_kwargs),
+        add_special_tokens=bool(req.add_special_tokens), check_length=False)
+    return rendered.token_ids
 
 
 class DetokenizeRequest(msgspec.Struct, kw_only=True):
@@ -100,10 +126,17 @@ class DetokenizeRequest(msgspec.Struct, kw_only=True):
 async def detokenize(server: "Server", request: web.Request) -> web.Response:
     req = await decode_body(request, DetokenizeRequest)
     server.resolve_model(req.model)
-    bad = [t for t in req.tokens if t < 0 or t >= server.model.vocab_size]
-    if bad:
-        raise ApiError(f"Token id {bad[0]} is out of vocabulary", param="tokens")
-    return json_response(server, {"prompt": server.model.decode(req.tokens)})
+    # vLLM only requires ids >= 0 (pydantic); ids the tokenizer does not know
+    # decode to nothing, ids beyond 32 bits fail in the tokenizer.
+    negative = next((i for i, t in enumerate(req.tokens) if t < 0), None)
+    if negative is not None:
+        raise schema_error("Input should be greater than or equal to 0",
+                           f"body.tokens.{negative}")
+    try:
+        text = server.model.decode(req.tokens)
+    except OverflowError as e:
+        raise ApiError(str(e)) from e
+    return json_response(server, {"prompt": text})
 
 
 async def debug_state(server: "Server", request: web.Request) -> web.Response:

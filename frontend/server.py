@@ -14,7 +14,7 @@ from typing import Awaitable, Callable
 import msgspec
 from aiohttp import web
 
-from frontend import routes
+from frontend import ops, routes, systemd
 from frontend.engine_client import EngineAddresses, EngineClient
 from frontend.errors import ApiError, not_found_model
 from frontend.fanout import Group, RequestFailed, Table
@@ -41,6 +41,7 @@ class ServerConfig:
     max_request_body: int = 32 * 1024 * 1024
     engine_state_file: str | None = None
     extra: dict = field(default_factory=dict)
+    ops: ops.OpsConfig = field(default_factory=ops.OpsConfig)
 
 
 class Server:
@@ -51,7 +52,9 @@ class Server:
         self.engine = EngineClient(addresses, on_outputs=self._on_outputs,
                                    on_dead=self._on_engine_dead, on_ready=self._on_ready,
                                    state_file=config.engine_state_file)
-        self.table = Table(self.engine, model, self.limits)
+        self.notifier = systemd.Notifier.from_env()
+        ops.attach(self)  # self.metrics, self.limits_state, self.cors
+        self.table = Table(self.engine, model, self.limits, observer=self.metrics.observer)
         self.ready: ReadyResponse | None = None
         self.renderer: Renderer | None = None
         self.draining = False
@@ -87,6 +90,7 @@ class Server:
 
     def _on_engine_dead(self, reason: str) -> None:
         self.table.fail_all(reason)
+        self.notifier.status(f"engine dead ({reason}); waiting for an engine to attach")
 
     def _on_ready(self, ready: ReadyResponse) -> None:
         self.ready = ready
@@ -94,6 +98,8 @@ class Server:
         digest = hashlib.sha256(f"{self.model.path}:{ready.max_model_len}:{ready.dtype}"
                                 .encode()).hexdigest()[:8]
         self.system_fingerprint = f"vllm-{ready.vllm_version}-{digest}"
+        if self.runner is not None:  # an engine attached after a restart
+            self.notifier.status("engine attached again; serving")
 
     # ------------------------------------------------------------ helpers for routes
     def resolve_model(self, name: str | None) -> str:
@@ -118,9 +124,10 @@ class Server:
 
     # ------------------------------------------------------------ aiohttp app
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._error_middleware],
+        app = web.Application(middlewares=[*ops.middlewares(self), self._error_middleware],
                               client_max_size=self.config.max_request_body)
         routes.add_routes(app, self)
+        ops.install(app, self)
         return app
 
     @web.middleware
@@ -150,21 +157,22 @@ class Server:
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         started = time.monotonic()
-        await self.engine.start(timeout=self.config.engine_ready_timeout)
+        self.notifier.start_watchdog()
+        self.notifier.status(f"waiting for an engine at {self.engine.addresses.handshake}")
+        await self.engine.start(timeout=self.config.engine_ready_timeout,
+                                progress=self.notifier.status)
         engine_ready_at = time.monotonic()
         self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
-                                    access_log=None)
+                                    access_log=None, **ops.runner_kwargs(self))
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.config.host, self.config.port,
-                           reuse_address=True)
-        await site.start()
+        where = await ops.start_sites(self.runner, self)
         # Everything allocated so far lives for the whole process: keep it out
         # of every future collection (vLLM's freeze_gc_heap).
         gc.collect()
         gc.freeze()
-        log.info("serving on http://%s:%d (%.2f s after the engine was ready, %.1f s total)",
-                 self.config.host, self.config.port, time.monotonic() - engine_ready_at,
-                 time.monotonic() - started)
+        log.info("serving on %s (%.2f s after the engine was ready, %.1f s total)",
+                 where, time.monotonic() - engine_ready_at, time.monotonic() - started)
+        self.notifier.ready(f"serving on {where}")
 
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -174,20 +182,20 @@ class Server:
         await self.shutdown()
 
     async def shutdown(self) -> None:
-        """Stop accepting, let running requests finish up to the timeout, abort the rest."""
+        """Drain: /health says 503 and new generation requests are refused at once,
+        while the listener stays open; running requests finish up to the timeout,
+        the rest are aborted; then the listener closes."""
         self.draining = True
+        self.notifier.stopping("draining")
         log.info("shutting down: draining %d engine requests (up to %.0f s)",
                  len(self.table), self.config.shutdown_timeout)
-        if self.runner is not None:
-            for site in list(self.runner.sites):
-                await site.stop()
         deadline = time.monotonic() + self.config.shutdown_timeout
-        while len(self.table) and time.monotonic() < deadline:
+        while ((len(self.table) or self.limits_state.requests)
+               and time.monotonic() < deadline):
             await asyncio.sleep(0.05)
         if len(self.table):
             log.warning("aborting %d engine requests still running", len(self.table))
-            self.engine.abort(list(self.table.entries))
-            self.table.fail_all("the frontend is shutting down")
+            self.table.abort_all("the frontend is shutting down")
         if self.runner is not None:
             await self.runner.cleanup()
         await self.engine.close()

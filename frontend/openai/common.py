@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 from aiohttp import web
 
-from frontend.errors import from_msgspec, schema_error
+from frontend.errors import ApiError, from_msgspec, from_validation, schema_error
 from frontend.text import Position
+from protocol.errors import ValidationError
 
 if TYPE_CHECKING:
     from frontend.model import ModelInfo
@@ -29,15 +31,55 @@ async def decode_body(request: web.Request, schema: type[T]) -> T:
     body = await request.read()
     try:
         value = msgspec.json.decode(body, type=schema, strict=False)
-    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+    except msgspec.ValidationError as e:
         raise from_msgspec(e) from None
+    except msgspec.DecodeError as e:
+        raise json_decode_error(body) or from_msgspec(e) from None
     return value
+
+
+def json_decode_error(body: bytes) -> ApiError | None:
+    """Malformed JSON, reported exactly as FastAPI does for vLLM: Python's json
+    error position in ``loc`` (``param`` ``body.<pos>``) and its message; an
+    empty body is a missing one."""
+    if not body:
+        detail = {"type": "missing", "loc": "body", "msg": "Field required", "input": "None"}
+        return ApiError(f"1 validation error:\n  {detail}", 400, "Bad Request", "body")
+    try:
+        json.loads(body)
+    except json.JSONDecodeError as e:
+        detail = {"type": "json_invalid", "loc": f"body.{e.pos}", "msg": "JSON decode error",
+                  "input": "<dict of 0 items>", "ctx": {"error": e.msg}}
+        return ApiError(f"1 validation error:\n  {detail}", 400, "Bad Request",
+                        f"body.{e.pos}")
+    except (UnicodeDecodeError, RecursionError):
+        return None
+    return None
 
 
 def request_id_for(request: web.Request, body_request_id: str | None) -> str:
     """The X-Request-Id header, else the body's request_id, else random hex (as vLLM)."""
     return (request.headers.get("X-Request-Id") or body_request_id
             or secrets.token_hex(8))
+
+
+CACHE_SALT_MAX_LENGTH = 128
+CACHE_SALT_FORBIDDEN_CHARS = frozenset("@/\\\x00")
+
+
+def validate_cache_salt(cache_salt: object) -> None:
+    """vLLM's ``validate_cache_salt`` (a model validator: a plain BadRequestError)."""
+    if cache_salt is None:
+        return
+    if not isinstance(cache_salt, str) or not cache_salt:
+        raise from_validation(ValidationError(
+            "Parameter 'cache_salt' must be a non-empty string if provided.",
+            parameter="cache_salt"))
+    if len(cache_salt) > CACHE_SALT_MAX_LENGTH or any(
+            c in CACHE_SALT_FORBIDDEN_CHARS for c in cache_salt):
+        raise from_validation(ValidationError(
+            f"Parameter 'cache_salt' must be at most {CACHE_SALT_MAX_LENGTH} characters "
+            "and must not contain '@', '/', '\\\\', or NUL.", parameter="cache_salt"))
 
 
 def stream_usage_flags(options: StreamOptions | None, force: bool) -> tuple[bool, bool]:

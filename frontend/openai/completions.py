@@ -8,7 +8,7 @@ most one usage chunk and exactly one ``[DONE]``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 from aiohttp import web
@@ -23,6 +23,7 @@ from frontend.openai.common import (
     request_id_for,
     stream_usage_flags,
     usage_dict,
+    validate_cache_salt,
 )
 from frontend.openai.sampling import (
     build_sampling_params,
@@ -45,7 +46,7 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     echo: bool | None = False
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
-    logprobs: int | None = None
+    logprobs: Any = None  # an int; checked by validate_request as vLLM does
     max_tokens: int | None = 16
     n: int = 1
     presence_penalty: float | None = None
@@ -68,8 +69,9 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     truncate_prompt_tokens: int | None = None
+    truncation_side: Literal["left", "right"] | None = None
     allowed_token_ids: list[int] | None = None
-    prompt_logprobs: int | None = None
+    prompt_logprobs: Any = None  # an int, see logprobs
     logprob_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
     add_special_tokens: bool = True
@@ -85,46 +87,86 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     prompt_embeds: Any = None
 
 
+def _invalid(message: str, parameter: str, value: Any = None) -> ApiError:
+    """vLLM's model validators raise VLLMValidationError: a plain BadRequestError."""
+    return from_validation(ValidationError(message, parameter=parameter, value=value))
+
+
 def validate_request(req: CompletionRequest) -> None:
-    """The checks vLLM's pydantic model runs before anything else ("Bad Request")."""
+    """The checks vLLM's ``mode="before"`` model validators run, in pydantic's order
+    (the last defined runs first); their errors are VLLMValidationErrors, not
+    schema errors."""
     if req.max_tokens is None:
         req.max_tokens = 16
+    prompt = req.prompt
+    if (isinstance(prompt, list) and not all(_is_int(t) for t in prompt)
+            and len(prompt) > MAX_COMPLETION_PROMPTS):
+        raise _invalid(f"prompt list length {len(prompt)} exceeds the maximum allowed count "
+                       f"of {MAX_COMPLETION_PROMPTS}. To increase this limit, set the "
+                       "VLLM_MAX_COMPLETION_PROMPTS environment variable.", "prompt")
+    embeds = req.prompt_embeds
+    if (prompt is None or prompt == "") and (embeds is None or embeds == []):
+        raise _invalid("Either prompt or prompt_embeds must be provided and non-empty.",
+                       "prompt")
+    if req.stream_options and not req.stream:
+        raise _invalid("Stream options can only be defined when `stream=True`.",
+                       "stream_options")
+    if req.logprob_token_ids and req.echo and req.max_tokens == 0:
+        raise _invalid("`logprob_token_ids` is not supported when `echo=True` and "
+                       "`max_tokens=0` because no output tokens are generated.",
+                       "logprob_token_ids")
     if req.logprob_token_ids and req.logprobs is None:
-        raise schema_error("when using `logprob_token_ids`, `logprobs` must be set.",
-                           "logprob_token_ids")
+        raise _invalid("when using `logprob_token_ids`, `logprobs` must be set.",
+                       "logprob_token_ids")
+    for name in ("prompt_logprobs", "logprobs"):
+        value = getattr(req, name)
+        if value is not None and not isinstance(value, (int, float)):
+            raise _invalid(f"`{name}` must be an integer.", name, value)
     if req.prompt_logprobs is not None:
         if req.stream and (req.prompt_logprobs > 0 or req.prompt_logprobs == -1):
-            raise schema_error("`prompt_logprobs` are not available when `stream=True`.",
-                               "prompt_logprobs")
+            raise _invalid("`prompt_logprobs` are not available when `stream=True`.",
+                           "prompt_logprobs")
         if req.prompt_logprobs < -1:
-            raise schema_error("`prompt_logprobs` must be a positive value or -1.",
-                               "prompt_logprobs")
+            raise _invalid("`prompt_logprobs` must be a positive value or -1.",
+                           "prompt_logprobs", req.prompt_logprobs)
     if req.logprobs is not None and req.logprobs < -1:
-        raise schema_error("`logprobs` must be a positive value or -1.", "logprobs")
-    if req.stream_options and not req.stream:
-        raise schema_error("Stream options can only be defined when `stream=True`.",
-                           "stream_options")
-    prompt = req.prompt
-    if prompt is None or prompt == "":
-        raise schema_error("Either prompt or prompt_embeds must be provided and non-empty.",
-                           "prompt")
+        raise _invalid("`logprobs` must be a positive value or -1.", "logprobs", req.logprobs)
+    validate_cache_salt(req.cache_salt)
+    # Then pydantic's field validation: logprobs are ints (lax: bools and
+    # integral floats convert).
+    req.logprobs = _lax_int(req.logprobs, "logprobs")
+    req.prompt_logprobs = _lax_int(req.prompt_logprobs, "prompt_logprobs")
     if req.prompt_embeds is not None:
-        raise ApiError("prompt_embeds are not supported by this frontend", 400,
-                       "BadRequestError", "prompt_embeds")
+        # What vLLM answers when started without --enable-prompt-embeds.
+        raise _invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
+                       "prompt_embeds")
     if req.use_beam_search:
         raise ApiError("beam search is not supported by this frontend", 501,
                        "NotImplementedError")
     if req.suffix is not None:
-        raise ApiError("suffix is not supported for this model (it has no "
-                       "fill-in-the-middle rendering)", 400, "BadRequestError", "suffix")
+        raise ApiError("suffix is only supported for models with FIM completion rendering",
+                       400, "BadRequestError", "suffix")
     if req.response_format is not None or req.structured_outputs is not None:
         raise ApiError("structured outputs (response_format, structured_outputs) are not "
                        "supported by this frontend", 400, "BadRequestError",
                        "response_format")
-    if req.cache_salt is not None and not 1 <= len(req.cache_salt) <= 1024:
-        raise schema_error("cache_salt must be between 1 and 1024 characters", "cache_salt")
     if req.truncate_prompt_tokens is not None and req.truncate_prompt_tokens < -1:
-        raise schema_error("truncate_prompt_tokens must be >= -1", "truncate_prompt_tokens")
+        raise schema_error("Input should be greater than or equal to -1",
+                           "body.truncate_prompt_tokens")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _lax_int(value: Any, name: str) -> int | None:
+    """pydantic's lax ``int``: bools and integral floats convert, other floats fail."""
+    if value is None or _is_int(value):
+        return value
+    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
+        return int(value)
+    raise schema_error("Input should be a valid integer, got a number with a fractional "
+                       "part", f"body.{name}")
 
 
 def split_prompts(prompt: Any) -> list[str | list[int]]:
@@ -134,29 +176,24 @@ def split_prompts(prompt: Any) -> list[str | list[int]]:
     if not isinstance(prompt, list):
         raise schema_error("Input should be a valid string or list", "body.prompt")
     if not prompt:
-        raise ApiError("The decoder prompt cannot be empty", 400, "BadRequestError")
+        # vLLM's renderer: a ValueError, so no parameter.
+        raise ApiError("You must pass at least one prompt", 400, "BadRequestError")
     if all(_is_token(t) for t in prompt):
         return [prompt]
     if all(isinstance(p, str) for p in prompt):
-        out: list[str | list[int]] = list(prompt)
-    elif all(isinstance(p, list) and all(_is_token(t) for t in p) for p in prompt):
-        out = list(prompt)
-    else:
-        raise schema_error("prompt must be a string, a list of strings, a list of token "
-                           "ids or a list of lists of token ids (not a mix)", "body.prompt")
-    if len(out) > MAX_COMPLETION_PROMPTS:
-        raise schema_error(f"prompt list length {len(out)} exceeds the maximum allowed count "
-                           f"of {MAX_COMPLETION_PROMPTS}. To increase this limit, set the "
-                           "VLLM_MAX_COMPLETION_PROMPTS environment variable.", "prompt")
-    return out
+        return list(prompt)
+    if all(isinstance(p, list) and all(_is_token(t) for t in p) for p in prompt):
+        return list(prompt)
+    # pydantic tries the union's branches in order and reports the first error
+    # of the first one, list[int >= 0]: the first element that is not such an int.
+    first_bad = next(i for i, t in enumerate(prompt) if not _is_token(t))
+    raise schema_error("prompt must be a string, a list of strings, a list of token ids "
+                       "(>= 0) or a list of lists of token ids (>= 0)",
+                       f"body.prompt.{first_bad}")
 
 
 def _is_token(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return False
-    if value < 0:
-        raise schema_error("Input should be greater than or equal to 0", "body.prompt")
-    return True
+    return _is_int(value) and value >= 0
 
 
 async def create_completion(server: "Server", request: web.Request) -> web.StreamResponse:
@@ -168,7 +205,8 @@ async def create_completion(server: "Server", request: web.Request) -> web.Strea
     check_max_output_tokens(req.max_tokens, max_model_len)
     rendered = await server.renderer.render_prompts(
         prompts, add_special_tokens=req.add_special_tokens,
-        truncate=req.truncate_prompt_tokens)
+        truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side,
+        detokenize=bool(req.echo) and not req.return_token_ids)
     echo_without_generation = bool(req.echo) and req.max_tokens == 0
     fields = msgspec.structs.asdict(req)
     if fields["prompt_logprobs"] is None and req.echo:
@@ -218,7 +256,14 @@ class CompletionView:
 
     # ------------------------------------------------------------ non-streaming
     def prompt_text(self, prompt_index: int) -> str:
-        return "" if self.req.return_token_ids else self.rendered[prompt_index][1]
+        if self.req.return_token_ids:
+            return ""
+        ids, text = self.rendered[prompt_index]
+        if text is None:
+            # A token prompt: vLLM echoes its decoding (needs_detokenization),
+            # special tokens kept.
+            text = self.server.model.decode(ids)
+        return text
 
     def full_response(self) -> dict:
         req = self.req

@@ -23,6 +23,7 @@ from frontend.openai.common import (
     request_id_for,
     stream_usage_flags,
     usage_dict,
+    validate_cache_salt,
 )
 from frontend.openai.sampling import bad_words_token_ids, child_params, get_max_tokens
 from frontend.openai.sse import SseWriter
@@ -68,12 +69,12 @@ class GenerateSamplingParams(msgspec.Struct, kw_only=True):
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
     repetition_detection: RepetitionDetection | None = None
+    stream_interval: int | None = None
 
 
 class GenerateRequest(msgspec.Struct, kw_only=True):
     token_ids: list[int]
-    sampling_params: GenerateSamplingParams = msgspec.field(
-        default_factory=GenerateSamplingParams)
+    sampling_params: GenerateSamplingParams  # required, as in vLLM
     model: str | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
@@ -84,13 +85,13 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     priority: int = 0
 
 
-def to_engine_params(sp: GenerateSamplingParams, server: "Server", prompt_len: int,
+def to_engine_params(sp: GenerateSamplingParams, server: "Server",
                      stream: bool) -> SamplingParams:
+    """vLLM's SamplingParams from the body, validated as its constructor does
+    while the body is parsed; ``max_tokens`` stays None if the client left it
+    out (the server default needs the prompt length; ``create_generate`` sets it)."""
     stop = [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])
     max_tokens = sp.max_tokens
-    if max_tokens is None:  # server-side default: the rest of the context
-        max_tokens = get_max_tokens(server.max_model_len, None, prompt_len,
-                                    server.model.default_sampling)
     params = SamplingParams(
         n=sp.n, presence_penalty=sp.presence_penalty, frequency_penalty=sp.frequency_penalty,
         repetition_penalty=sp.repetition_penalty, temperature=sp.temperature,
@@ -102,15 +103,18 @@ def to_engine_params(sp: GenerateSamplingParams, server: "Server", prompt_len: i
         spaces_between_special_tokens=sp.spaces_between_special_tokens,
         include_stop_str_in_output=sp.include_stop_str_in_output,
         output_kind=OutputKind.DELTA if stream else OutputKind.FINAL_ONLY,
-        logit_bias=sp.logit_bias, allowed_token_ids=sp.allowed_token_ids,
+        stream_interval=sp.stream_interval, logit_bias=sp.logit_bias,
+        allowed_token_ids=sp.allowed_token_ids,
         bad_words=list(sp.bad_words or []), repetition_detection=sp.repetition_detection,
         watermarking=False)
     normalize(params)
     try:
         check(params)
     except ValidationError as e:
-        # vLLM validates SamplingParams while parsing the body: a schema error.
-        raise schema_error(f"Value error, {e.message}", "body.sampling_params") from e
+        # vLLM validates SamplingParams while parsing the body, but its
+        # VLLMValidationError is no ValueError: pydantic lets it through, and the
+        # client gets a BadRequestError, not a schema error.
+        raise from_validation(e) from e
     if params.temperature < 1e-5:
         params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
     if params.bad_words:
@@ -121,6 +125,22 @@ def to_engine_params(sp: GenerateSamplingParams, server: "Server", prompt_len: i
     return params
 
 
+def check_prompt_len(prompt_len: int, max_model_len: int) -> None:
+    """vLLM's InputProcessor._validate_prompt_len: this route has no renderer
+    length check, so the engine client's messages are the ones clients see."""
+    if prompt_len > max_model_len:
+        raise from_validation(ValidationError(
+            f"The decoder prompt (length {prompt_len}) is longer than the maximum model "
+            f"length of {max_model_len}. Make sure that `max_model_len` is no smaller "
+            "than the number of text tokens."))
+    if prompt_len == max_model_len:
+        raise from_validation(ValidationError(
+            f"The decoder prompt (length {prompt_len}) plus the number of requested output "
+            f"tokens (at least 1) is longer than the maximum model length of "
+            f"{max_model_len}. Make sure that `max_model_len` is no smaller than the "
+            "number of text tokens (prompt + requested output tokens)."))
+
+
 async def create_generate(server: "Server", request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, GenerateRequest)
     if not req.token_ids:
@@ -129,17 +149,21 @@ async def create_generate(server: "Server", request: web.Request) -> web.StreamR
     if min(req.token_ids) < 0:
         raise schema_error("Value error, token_ids must not contain negative values",
                            "body.token_ids")
-    if req.stream_options and not req.stream:
-        raise schema_error("Stream options can only be defined when `stream=True`.",
-                           "stream_options")
+    # (vLLM's GenerateRequest has no stream_options check: it is ignored
+    # without stream.)
+    params = to_engine_params(req.sampling_params, server, bool(req.stream))
+    validate_cache_salt(req.cache_salt)
     served = server.resolve_model(req.model)
     max_num_seqs = server.ready.max_num_seqs if server.ready else 0
     if max_num_seqs and req.sampling_params.n > max_num_seqs:
         raise ApiError(f"sampling_params.n must be at most the server's max_num_seqs "
                        f"({max_num_seqs}), got {req.sampling_params.n}.")
-    server.renderer.check_tokens(req.token_ids)
-    params = to_engine_params(req.sampling_params, server, len(req.token_ids),
-                              bool(req.stream))
+    server.renderer.check_vocab(req.token_ids)
+    prompt_len = len(req.token_ids)
+    if params.max_tokens is None:  # server-side default: the rest of the context
+        params.max_tokens = get_max_tokens(server.max_model_len, None, prompt_len,
+                                           server.model.default_sampling)
+    check_prompt_len(prompt_len, server.max_model_len)
     rid = request_id_for(request, req.request_id)
     group = Group(f"generate-tokens-{rid}", stream=bool(req.stream),
                   max_pending=server.max_pending)
@@ -279,11 +303,13 @@ class GenerateView:
                     continue
                 chunk: dict[str, Any] = {"request_id": group.request_id, "usage": None}
                 if prompt_ids_pending:
+                    # (vLLM leaves out mm_placeholders when it is null.)
                     chunk["prompt_token_ids"] = req.token_ids
-                    chunk["mm_placeholders"] = None
                     prompt_ids_pending = False
                 if continuous:
-                    chunk["usage"] = usage_dict(len(req.token_ids), generated[c.index])
+                    # A full UsageInfo: these chunks are not dumped with exclude_none.
+                    chunk["usage"] = usage_dict(len(req.token_ids), generated[c.index],
+                                                details=True)
                 chunk["output_mode"] = req.output_mode
                 chunk["choices"] = [self._choice(
                     c.index, d.finish_reason, d.stop_reason, d.token_ids, d.logprobs,

@@ -1,0 +1,221 @@
+"""Operations wiring: flags, middlewares, /metrics, listeners, systemd, drain.
+
+``server.py`` stays about requests; everything an operator configures is
+assembled here:
+
+* :func:`add_arguments` / :func:`config_from_args`: the flags (vLLM's names
+  where vLLM has the feature);
+* :func:`middlewares`: request id -> metrics -> CORS -> API key -> limits,
+  outermost first (the error middleware comes last, innermost);
+* :func:`install`: ``GET /metrics`` and the response-prepare hooks;
+* :func:`start_sites`: TCP or Unix socket, with TLS, and the keep-alive timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import ssl
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from frontend import limits, security
+from frontend.metrics import Metrics
+
+if TYPE_CHECKING:
+    from frontend.server import Server
+
+log = logging.getLogger("frontend")
+
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
+
+
+@dataclass
+class OpsConfig:
+    api_keys: list[str] = field(default_factory=list, repr=False)
+    allowed_origins: list[str] = field(default_factory=list)
+    allowed_methods: list[str] = field(default_factory=lambda: ["*"])
+    allowed_headers: list[str] = field(default_factory=lambda: ["*"])
+    allow_credentials: bool = False
+    max_concurrent_requests: int = 0
+    enable_request_id_headers: bool = False
+    uds: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = int(ssl.CERT_NONE)
+    ssl_ciphers: str | None = None
+    timeout_keep_alive: float = 5.0
+    disable_log_stats: bool = False
+
+
+# --------------------------------------------------------------------- flags
+def _json_list(text: str) -> list[str]:
+    """vLLM's flags take JSON lists (``'["https://a.example"]'``); a bare
+    comma-separated list is accepted too."""
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise argparse.ArgumentTypeError(f"not a JSON list: {e}") from None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise argparse.ArgumentTypeError("expected a JSON list of strings")
+        return value
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+def _byte_size(text: str) -> int:
+    """``33554432``, ``32MiB``, ``32M``, ``512k`` (powers of 1024)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 33554432 or 32MiB)")
+    number, unit = int(match.group(1)), (match.group(2) or "b").lower()
+    return number * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit[0]]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("security and limits")
+    g.add_argument("--api-key", nargs="+", action="extend", default=None, metavar="KEY",
+                   help="require `Authorization: Bearer KEY` on /v1, /v2, /inference, "
+                        "/tokenize and /detokenize (repeatable; default: $VLLM_API_KEY); "
+                        "prefer the environment variable, command lines are visible to "
+                        "other users")
+    g.add_argument("--allowed-origins", type=_json_list, default=[],
+                   help='CORS origins, a JSON list such as \'["https://app.example"]\' or '
+                        '\'["*"]\' (default: none, cross-origin browser access is off)')
+    g.add_argument("--allowed-methods", type=_json_list, default=["*"],
+                   help='CORS methods, a JSON list (default: ["*"])')
+    g.add_argument("--allowed-headers", type=_json_list, default=["*"],
+                   help='CORS request headers, a JSON list (default: ["*"])')
+    g.add_argument("--allow-credentials", action=argparse.BooleanOptionalAction,
+                   default=False, help="CORS: allow credentials (default: off)")
+    g.add_argument("--max-request-body-size", type=_byte_size, default=DEFAULT_MAX_BODY,
+                   metavar="BYTES",
+                   help="larger request bodies get 413 (default 32MiB; accepts k/M/G suffixes)")
+    g.add_argument("--max-concurrent-requests", type=int, default=0, metavar="N",
+                   help="at most N choices (prompts x n, so a batch of 8 prompts with n=4 "
+                        "counts 32) in flight; more get 429 with Retry-After before any "
+                        "tokenization (default 0: no limit)")
+    g.add_argument("--enable-request-id-headers", action=argparse.BooleanOptionalAction,
+                   default=False,
+                   help="answer with X-Request-Id: the request's, or a new one (also used "
+                        "as the response id)")
+    g = p.add_argument_group("listener")
+    g.add_argument("--uds", default=None, metavar="PATH",
+                   help="listen on this Unix socket instead of --host/--port")
+    g.add_argument("--ssl-certfile", default=None, help="TLS certificate (PEM) for HTTPS")
+    g.add_argument("--ssl-keyfile", default=None, help="TLS private key (PEM)")
+    g.add_argument("--ssl-ca-certs", default=None,
+                   help="CA certificates to verify client certificates with")
+    g.add_argument("--ssl-cert-reqs", type=int, default=int(ssl.CERT_NONE), choices=(0, 1, 2),
+                   help="client certificates: 0 none (default), 1 optional, 2 required "
+                        "(stdlib ssl.CERT_*)")
+    g.add_argument("--ssl-ciphers", default=None, help="TLS 1.2 cipher suites (OpenSSL syntax)")
+    g.add_argument("--timeout-keep-alive", type=float,
+                   default=float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", 5)),
+                   metavar="SECONDS",
+                   help="close idle keep-alive connections after this long (default 5, or "
+                        "$VLLM_HTTP_TIMEOUT_KEEP_ALIVE)")
+    g = p.add_argument_group("observability")
+    g.add_argument("--disable-log-stats", action="store_true",
+                   help="no vllm:* engine/request metrics (HTTP and process metrics stay)")
+    g.add_argument("--log-format", choices=("text", "json"),
+                   default=os.environ.get("FRONTEND_LOG_FORMAT", "text"),
+                   help="stderr log lines as text (default) or one JSON object per line")
+
+
+def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None
+                     ) -> OpsConfig:
+    env = os.environ if environ is None else environ
+    keys = [k for k in (args.api_key or [env.get("VLLM_API_KEY", "")]) if k]
+    return OpsConfig(
+        api_keys=keys, allowed_origins=args.allowed_origins,
+        allowed_methods=args.allowed_methods, allowed_headers=args.allowed_headers,
+        allow_credentials=args.allow_credentials,
+        max_concurrent_requests=max(args.max_concurrent_requests, 0),
+        enable_request_id_headers=args.enable_request_id_headers, uds=args.uds,
+        ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
+        ssl_ca_certs=args.ssl_ca_certs, ssl_cert_reqs=args.ssl_cert_reqs,
+        ssl_ciphers=args.ssl_ciphers, timeout_keep_alive=args.timeout_keep_alive,
+        disable_log_stats=args.disable_log_stats)
+
+
+def validate(config: OpsConfig) -> ssl.SSLContext | None:
+    """Fail at start-up (exit 2) on inconsistent TLS flags; returns the context."""
+    return security.ssl_context(config.ssl_certfile, config.ssl_keyfile, config.ssl_ca_certs,
+                                config.ssl_cert_reqs, config.ssl_ciphers)
+
+
+# --------------------------------------------------------------------- app
+def attach(server: "Server") -> None:
+    """Give the server what the middlewares and /metrics share: ``metrics``
+    (its ``observer`` goes to the fan-out table), ``limits_state``, ``cors``."""
+    ops: OpsConfig = server.config.ops
+    server.metrics = Metrics(server, engine_stats=not ops.disable_log_stats)
+    server.limits_state = limits.LimitsState(ops.max_concurrent_requests,
+                                             server.config.max_request_body)
+    server.cors = security.Cors(ops.allowed_origins, ops.allowed_methods, ops.allowed_headers,
+                                ops.allow_credentials)
+
+
+def middlewares(server: "Server") -> list[Any]:
+    ops: OpsConfig = server.config.ops
+    metrics: Metrics = server.metrics
+    chain: list[Any] = []
+    if ops.enable_request_id_headers:
+        chain.append(security.request_id_middleware())
+    chain.append(metrics.middleware())
+    chain.append(server.cors.middleware())
+    keys = security.ApiKeys(ops.api_keys)
+    if keys:
+        chain.append(security.api_key_middleware(keys, metrics.http.reject))
+    chain.append(limits.middleware(server.limits_state, server, metrics.http))
+    return chain
+
+
+def install(app: web.Application, server: "Server") -> None:
+    """``GET /metrics`` and the hooks that add headers as responses are prepared."""
+    app.router.add_get("/metrics", server.metrics.handle)
+    hooks = [server.metrics.on_response_prepare, server.cors.on_response_prepare]
+    if server.config.ops.enable_request_id_headers:
+        hooks.append(security.request_id_on_prepare)
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        for hook in hooks:
+            hook(request, response)
+    app.on_response_prepare.append(on_prepare)
+
+
+def runner_kwargs(server: "Server") -> dict[str, Any]:
+    # After the drain, handlers get this long to write their last bytes.
+    return {"keepalive_timeout": server.config.ops.timeout_keep_alive,
+            "shutdown_timeout": 2.0}
+
+
+async def start_sites(runner: web.AppRunner, server: "Server") -> str:
+    """Start the listener; returns where it listens, for the log."""
+    ops: OpsConfig = server.config.ops
+    ctx = validate(ops)
+    if ops.uds:
+        try:
+            if os.path.exists(ops.uds) and not os.path.isdir(ops.uds):
+                os.unlink(ops.uds)  # a stale socket from a previous run
+        except OSError:
+            pass
+        site = web.UnixSite(runner, ops.uds, ssl_context=ctx)
+        await site.start()
+        return f"unix:{ops.uds}" + (" (TLS)" if ctx else "")
+    site = web.TCPSite(runner, server.config.host, server.config.port, ssl_context=ctx,
+                       reuse_address=True)
+    await site.start()
+    scheme = "https" if ctx else "http"
+    return f"{scheme}://{server.config.host}:{server.config.port}"

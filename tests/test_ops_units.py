@@ -1,0 +1,200 @@
+"""The example systemd units in tools/systemd/: valid for systemd, and their
+ExecStart lines (after systemd's variable expansion with the example
+environment files) use flags our CLIs and ``vllm serve`` accept."""
+
+from __future__ import annotations
+
+import configparser
+import importlib.util
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+UNITS = ROOT / "tools" / "systemd"
+INSTALLED_BIN = "/opt/vllm/.venv/bin/"
+ENV_FILES = {"/etc/default/vllm": UNITS / "vllm.env",
+             "/etc/default/vllm-frontend": UNITS / "vllm-frontend.env"}
+
+
+def read_unit(name: str) -> dict[str, dict[str, list[str]]]:
+    """[section] -> key -> values (systemd keys may repeat)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current = None
+    logical = ""
+    for raw in (UNITS / name).read_text().splitlines():
+        line = logical + raw.strip()
+        if line.endswith("\\"):
+            logical = line[:-1] + " "
+            continue
+        logical = ""
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            current = sections.setdefault(line.strip("[]"), {})
+            continue
+        key, _, value = line.partition("=")
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """systemd's EnvironmentFile= format: KEY=VALUE lines, # comments, optional quotes."""
+    env: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        key, sep, value = line.partition("=")
+        assert sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()), line
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[key.strip()] = value
+    return env
+
+
+def expand_exec(line: str, env: dict[str, str]) -> list[str]:
+    """systemd's ExecStart= expansion: ``$NAME`` alone becomes several words
+    (split at whitespace), ``${NAME}`` becomes part of one word."""
+    argv: list[str] = []
+    for word in shlex.split(line):
+        alone = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
+        if alone:
+            argv.extend(env.get(alone.group(1), "").split())
+            continue
+        for name in re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", word):
+            assert name in env, f"${{{name}}} is not set by the environment files"
+        argv.append(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}",
+                           lambda m: env[m.group(1)], word))
+    return argv
+
+
+def unit_argv(name: str) -> tuple[dict, list[str]]:
+    unit = read_unit(name)
+    env: dict[str, str] = {}
+    for value in unit["Service"].get("EnvironmentFile", []):
+        env.update(read_env_file(ENV_FILES[value.lstrip("-")]))
+    for value in unit["Service"].get("Environment", []):
+        for item in shlex.split(value):
+            k, _, v = item.partition("=")
+            env[k] = v
+    (exec_start,) = unit["Service"]["ExecStart"]
+    return unit, expand_exec(exec_start, env)
+
+
+def test_frontend_unit_execstart_parses_with_our_cli():
+    from frontend import ops
+    from frontend.cli import build_parser
+    unit, argv = unit_argv("vllm-frontend.service")
+    assert argv[0] == INSTALLED_BIN + "frontend"
+    args = build_parser().parse_args(argv[1:])  # SystemExit on any unknown flag
+    assert args.engine_addr == "tcp://127.0.0.1:29550"
+    assert args.served_model_name == ["qwen"]
+    ops.config_from_args(args, environ={})
+    # systemd must wait longer than the drain before it kills.
+    stop = int(unit["Service"]["TimeoutStopSec"][0])
+    assert stop > args.shutdown_timeout
+    # The state file lives in the preserved runtime directory.
+    runtime = unit["Service"]["RuntimeDirectory"][0]
+    assert args.engine_state_file.startswith(f"/run/{runtime}/")
+    assert unit["Service"]["RuntimeDirectoryPreserve"] == ["yes"]
+    assert unit["Service"]["Type"] == ["notify"]
+    assert int(unit["Service"]["WatchdogSec"][0]) > 0
+    # The engine must not be ordered after the frontend (READY needs the engine).
+    assert "vllm-engine.service" in unit["Unit"]["After"][0]
+    assert "vllm-frontend" not in "".join(
+        read_unit("vllm-engine.service")["Unit"].get("After", []))
+
+
+def test_frontend_unit_commented_alternatives_parse():
+    """The optional FRONTEND_ARGS lines in the env example use real flags too."""
+    from frontend.cli import build_parser
+    text = (UNITS / "vllm-frontend.env").read_text()
+    for line in re.findall(r"^#FRONTEND_ARGS=\.\.\. (.*)$", text, re.M):
+        build_parser().parse_args(["--engine-addr", "tcp://127.0.0.1:1", "--model", "m",
+                                   *line.split()])
+
+
+def test_engine_unit_alternative_parses_with_engine_core():
+    from engine_core import launcher
+    from engine_core.cli import build_parser
+    text = (UNITS / "vllm-engine.service").read_text()
+    match = re.search(r"^#\s+ExecStart=(.*?\\\n(?:#.*\\\n)*#.*)$", text, re.M)
+    assert match, "the engine-core alternative is documented in the unit"
+    line = re.sub(r"\\\n#\s*", " ", match.group(1))
+    env = read_env_file(ENV_FILES["/etc/default/vllm"])
+    argv = expand_exec(line, env)
+    assert argv[0] == INSTALLED_BIN + "engine-core"
+    args, vllm_args = build_parser().parse_known_args(argv[1:])
+    assert not launcher.given_flags(vllm_args, launcher.RESERVED_FLAGS)
+    assert launcher.parse_frontend_addr(args.frontend_addr) == ("127.0.0.1", 29550)
+
+
+VLLM_PARSE = """
+import json, sys
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(json.loads(sys.argv[1]))
+print(json.dumps({"model_tag": args.model_tag, "headless": args.headless,
+                  "address": args.data_parallel_address, "port": args.data_parallel_rpc_port}))
+"""
+
+
+def test_engine_unit_execstart_parses_with_vllm_serve():
+    if importlib.util.find_spec("vllm") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("vLLM is not installed; CI=true, so this must run")
+        pytest.skip("vLLM is not installed")
+    _, argv = unit_argv("vllm-engine.service")
+    assert argv[:3] == [INSTALLED_BIN + "vllm", "serve", "/var/lib/vllm/models/Qwen2.5-7B-Instruct"]
+    proc = subprocess.run([sys.executable, "-c", VLLM_PARSE, json.dumps(argv[2:])],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parsed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert parsed == {"model_tag": argv[2], "headless": True, "address": "127.0.0.1",
+                      "port": 29550}
+
+
+def test_units_are_plain_ini():
+    """Also readable by configparser (no stray syntax) with the sections systemd wants."""
+    for name in ("vllm-engine.service", "vllm-frontend.service"):
+        cp = configparser.ConfigParser(strict=False, interpolation=None)
+        cp.read_string((UNITS / name).read_text())
+        assert cp.sections() == ["Unit", "Service", "Install"]
+
+
+def test_systemd_analyze_verify(tmp_path):
+    """systemd's own checker: directives, values, executables. The installed
+    paths (/opt/vllm/.venv/bin/...) point at this checkout's venv here."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+    bin_dir = Path(sys.executable).parent
+    vllm_bin = bin_dir / "vllm"
+    if not vllm_bin.exists():  # only the path matters to verify
+        vllm_bin = tmp_path / "vllm"
+        vllm_bin.write_text("#!/bin/sh\n")
+        vllm_bin.chmod(0o755)
+    units = []
+    for name in ("vllm-engine.service", "vllm-frontend.service"):
+        text = (UNITS / name).read_text()
+        text = text.replace(INSTALLED_BIN + "vllm ", f"{vllm_bin} ")
+        text = text.replace(INSTALLED_BIN, f"{bin_dir}/")
+        path = tmp_path / name
+        path.write_text(text)
+        units.append(str(path))
+    proc = subprocess.run([tool, "verify", "--man=no", *units], capture_output=True,
+                          text=True, timeout=120,
+                          env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"})
+    ours = [line for line in (proc.stdout + proc.stderr).splitlines()
+            if "vllm-" in line]
+    assert proc.returncode == 0 and not ours, proc.stdout + proc.stderr
