@@ -53,9 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add usage to every stream, as if stream_options asked for it")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds running requests may finish after SIGTERM (default 30)")
-    p.add_argument("--max-stream-buffer", type=int, default=4096,
-                   help="engine steps a stream may have unsent before it is aborted as a "
-                        "slow consumer (default 4096)")
+    p.add_argument("--max-stream-buffer", type=int, default=1 << 20,
+                   help="bytes of a stream's output that may wait for a client that does "
+                        "not read before the request is aborted as a slow consumer "
+                        "(default 1 MiB)")
     p.add_argument("--enable-debug-endpoints", action="store_true",
                    help="serve GET /debug/state (table size, engine has_work)")
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     config = ServerConfig(
         host=args.host, port=args.port, engine_ready_timeout=args.engine_ready_timeout,
         max_logprobs=args.max_logprobs, force_include_usage=args.enable_force_include_usage,
-        max_pending_deltas=args.max_stream_buffer, shutdown_timeout=args.shutdown_timeout,
+        max_stream_buffer=args.max_stream_buffer, shutdown_timeout=args.shutdown_timeout,
         enable_debug_endpoints=args.enable_debug_endpoints,
         engine_state_file=state_file or None, max_request_body=args.max_request_body_size,
         ops=ops_config)

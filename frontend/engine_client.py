@@ -78,7 +78,7 @@ class EngineClient:
     """Owns the sockets; knows nothing about HTTP or requests' meaning."""
 
     def __init__(self, addresses: EngineAddresses, *,
-                 on_outputs: Callable[[wire.EngineCoreOutputs], None],
+                 on_outputs: Callable[[list[wire.EngineCoreOutputs]], None],
                  on_dead: Callable[[str], None],
                  on_ready: Callable[[hs.ReadyResponse], None] | None = None,
                  state_file: str | None = None) -> None:
@@ -361,29 +361,41 @@ class EngineClient:
 
     # ------------------------------------------------------------ receiving
     def _on_output_readable(self) -> None:
+        """Hand every engine message that is waiting to ``on_outputs`` in one batch,
+        so each client gets one write per wake-up however many steps it covers."""
         sock = self._output
+        batch: list[wire.EngineCoreOutputs] = []
+        dead = False
         for _ in range(MAX_MESSAGES_PER_WAKEUP):
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
-            self._handle_message(frames)
-        # More may be queued: zmq's FD is edge-triggered, so come back ourselves.
-        self._loop.call_soon(self._on_output_readable)
+                break
+            if wire.is_engine_dead(frames):
+                dead = True
+                break
+            outs = self._decode(frames)
+            if outs is not None:
+                batch.append(outs)
+        else:
+            # More may be queued: zmq's FD is edge-triggered, so come back ourselves.
+            self._loop.call_soon(self._on_output_readable)
+        if batch:
+            self._on_outputs(batch)
+        if dead:
+            self._declare_dead("the engine core died (ENGINE_CORE_DEAD)")
 
-    def _handle_message(self, frames: list[bytes]) -> None:
+    def _decode(self, frames: list[bytes]) -> wire.EngineCoreOutputs | None:
         try:
             outs = wire.decode_outputs(frames)
-        except wire.EngineDeadError:
-            self._declare_dead("the engine core died (ENGINE_CORE_DEAD)")
-            return
         except ProtocolError as e:
             log.error("dropping an engine message: %s", e)
-            return
+            return None
         if outs.utility_output is not None:
             self._resolve_utility(outs.utility_output)
         if outs.outputs or outs.scheduler_stats is not None:
-            self._on_outputs(outs)
+            return outs
+        return None
 
     def _resolve_utility(self, out: wire.UtilityOutput) -> None:
         fut = self._utility_calls.get(out.call_id)

@@ -42,11 +42,13 @@ class RequestFailed(Exception):
     """A group cannot complete; ``status`` says how to report it over HTTP."""
 
     def __init__(self, message: str, status: int = 500,
-                 err_type: str = "InternalServerError") -> None:
+                 err_type: str = "InternalServerError", drop_unsent: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.err_type = err_type
+        # Output still queued for the client is dropped (it is not reading).
+        self.drop_unsent = drop_unsent
 
 
 class Delta:
@@ -70,8 +72,9 @@ class Choice:
 
     __slots__ = ("group", "index", "prompt_index", "engine_id", "prompt_token_ids",
                  "params", "detok", "logprobs", "finish_reason", "stop_reason",
-                 "finished", "num_cached_tokens", "first_token_time", "last_token_time",
-                 "weight_spans", "sent_tokens", "held_ids", "held_positions")
+                 "finished", "num_cached_tokens",
+                 "weight_version", "weight_starts", "sent_tokens", "held_ids",
+                 "held_positions")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
                  prompt_token_ids: list[int], params: SamplingParams,
@@ -88,10 +91,9 @@ class Choice:
         self.stop_reason: int | str | None = None
         self.finished = False
         self.num_cached_tokens = 0
-        self.first_token_time = 0.0
-        self.last_token_time = 0.0
-        # [{"version", "start", "end"}]: which weights produced which positions.
-        self.weight_spans: list[dict] = []
+        # Where each weight version took over: (version, first output position).
+        self.weight_version: str | None = None
+        self.weight_starts: list[tuple[str, int]] = []
         # Streaming with stream_interval > 1: tokens sent so far, and the steps
         # held back since (sent together with the next delta).
         self.sent_tokens = 0
@@ -102,6 +104,14 @@ class Choice:
     def token_ids(self) -> list[int]:
         return self.detok.token_ids
 
+    def weight_spans(self) -> list[dict] | None:
+        """``[{"version", "start", "end"}]``: which weights produced which positions."""
+        starts = self.weight_starts
+        if not starts:
+            return None
+        ends = [start for _, start in starts[1:]] + [len(self.detok.token_ids)]
+        return [{"version": v, "start": s, "end": e} for (v, s), e in zip(starts, ends)]
+
     @property
     def text(self) -> str:
         return self.detok.output_text
@@ -110,17 +120,21 @@ class Choice:
 class Group:
     """One client request: its choices, and what its handler is waiting for."""
 
-    def __init__(self, request_id: str, stream: bool, max_pending: int = 1 << 16) -> None:
+    def __init__(self, request_id: str, stream: bool, max_pending: int = 1 << 20) -> None:
         self.request_id = request_id
         self.stream = stream
         self.choices: list[Choice] = []
         self.created = time.time()
         self.arrival = time.monotonic()
         self.pending: list[Delta] = []
-        self.max_pending = max_pending
+        self.max_pending = max_pending  # bytes of stream output a slow client may hold up
         self.num_unfinished = 0
         self.error: RequestFailed | None = None
         self.released = False
+        # Set by a streaming handler: called with each step's deltas, returns
+        # (bytes not yet taken by the client, whether the handler must write).
+        self.sink: Callable[[list[Delta]], tuple[int, bool]] | None = None
+        self._woken = False
         self._waiter: asyncio.Future | None = None
 
     @property
@@ -128,14 +142,16 @@ class Group:
         return self.num_unfinished == 0 or self.error is not None
 
     def wake(self) -> None:
+        self._woken = True
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     async def wait(self) -> None:
-        """Until there is something to write, or the group is done."""
-        while not self.pending and not self.done:
+        """Until woken (deltas, backlog, the end) since the last wait."""
+        if not self._woken and not self.done:
             await self._sleep()
+        self._woken = False
 
     async def wait_done(self) -> None:
         while not self.done:
@@ -231,21 +247,39 @@ class Table:
             self.observer.on_submit(group)
 
     # ------------------------------------------------------------ outputs
-    def on_outputs(self, outs: wire.EngineCoreOutputs) -> None:
+    def on_outputs(self, batch: list[wire.EngineCoreOutputs]) -> None:
+        """Route the engine messages read in one wake-up; then wake or write to
+        each affected client once."""
         touched: dict[int, Group] = {}
         entries = self.entries
-        for out in outs.outputs:
-            choice = entries.get(out.request_id)
-            if choice is None:
-                self._on_unknown_output(out)
-                continue
-            group = choice.group
-            self._apply(choice, out, outs.weight_version)
-            if group.stream or group.done:  # non-streaming handlers wait for the end
-                touched[id(group)] = group
-        if self.observer:
-            self.observer.on_step(outs)
+        observer = self.observer
+        for outs in batch:
+            for out in outs.outputs:
+                choice = entries.get(out.request_id)
+                if choice is None:
+                    self._on_unknown_output(out)
+                    continue
+                group = choice.group
+                self._apply(choice, out, outs.weight_version)
+                if group.stream or group.done:  # non-streaming handlers wait for the end
+                    touched[id(group)] = group
+            if observer:
+                observer.on_step(outs)
         for group in touched.values():
+            sink = group.sink
+            if sink is not None and group.pending:
+                try:
+                    # Straight to the client's socket, unless it lags.
+                    unsent, queued = sink(group.take())
+                except Exception:  # a formatting bug must not stop the engine reader
+                    log.exception("streaming %s failed", group.request_id)
+                    self._fail_group(group, RequestFailed("Internal server error"))
+                    continue
+                if unsent > group.max_pending:
+                    self._fail_slow_consumer(group)
+                    continue
+                if not queued and not group.done:
+                    continue
             group.wake()
 
     def _apply(self, choice: Choice, out: wire.EngineCoreOutput,
@@ -257,12 +291,8 @@ class Table:
             del self.entries[choice.engine_id]
             self._fail_group(group, RequestFailed("Internal server error"))
             return
-        now = time.monotonic()
-        if not choice.first_token_time:
-            choice.first_token_time = now
-            if out.prefill_stats:
-                choice.num_cached_tokens = out.prefill_stats.get("num_cached_tokens", 0)
-        choice.last_token_time = now
+        if out.prefill_stats:  # the first output of a request
+            choice.num_cached_tokens = out.prefill_stats.get("num_cached_tokens", 0)
         new_ids = out.new_token_ids
         stop_reason = out.stop_reason
         num_prev = len(choice.detok.token_ids)
@@ -272,8 +302,10 @@ class Table:
             if finish is None:
                 self._abort_ids([choice.engine_id])  # the engine knows no stop strings
             finish, stop_reason = FINISH_STOP, matched
-        if new_ids and weight_version is not None:
-            _track_weight_version(choice, weight_version, len(new_ids))
+        if weight_version != choice.weight_version and new_ids and weight_version is not None:
+            choice.weight_version = weight_version
+            choice.weight_starts.append(
+                (weight_version, len(choice.detok.token_ids) - len(new_ids)))
         new_positions = None
         if choice.logprobs is not None:
             new_positions = self._apply_logprobs(choice.logprobs, out, len(new_ids))
@@ -301,10 +333,6 @@ class Table:
             if text or new_ids or finished:
                 group.pending.append(Delta(choice, text, new_ids, new_positions,
                                            choice.finish_reason, stop_reason if finished else None))
-                if len(group.pending) > group.max_pending:
-                    self._fail_group(group, RequestFailed(
-                        "the client is not reading its stream; request aborted", 503,
-                        "ServiceUnavailableError"))
 
     @staticmethod
     def _apply_logprobs(state: LogprobsState, out: wire.EngineCoreOutput,
@@ -350,6 +378,14 @@ class Table:
         group.num_unfinished = 0
         if self.observer:
             self.observer.on_release(group)
+        # Break the group <-> choice cycle now, so that a request's memory goes
+        # at once instead of waiting for a (deliberately rare) full collection.
+        for c in group.choices:
+            c.group = None
+    def _fail_slow_consumer(self, group: Group) -> None:
+        self._fail_group(group, RequestFailed(
+            "the client is not reading its stream; request aborted", 503,
+            "ServiceUnavailableError", drop_unsent=True))
 
     def _fail_group(self, group: Group, error: RequestFailed) -> None:
         """Fail a group and abort its other engine requests (a sibling failed)."""
@@ -398,11 +434,3 @@ def _hold_for_interval(choice: Choice, interval: int, new_ids: list[int],
         choice.held_positions.extend(new_positions)
     return True
 
-
-def _track_weight_version(choice: Choice, version: str, count: int) -> None:
-    spans = choice.weight_spans
-    if spans and spans[-1]["version"] == version:
-        spans[-1]["end"] += count
-    else:
-        start = spans[-1]["end"] if spans else 0
-        spans.append({"version": version, "start": start, "end": start + count})

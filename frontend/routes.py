@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import secrets
+import sys
 import time
+import tracemalloc
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -144,5 +146,10 @@ async def debug_state(server: "Server", request: web.Request) -> web.Response:
     has_work = None
     if server.engine.alive:
         has_work = await server.engine.call_utility("has_work", timeout=5.0)
-    return json_response(server, {"table": len(server.table), "engine_alive": server.engine.alive,
-                                  "engine_has_work": has_work})
+    state = {"table": len(server.table), "engine_alive": server.engine.alive,
+             "engine_has_work": has_work, "python_blocks": sys.getallocatedblocks()}
+    if tracemalloc.is_tracing():  # PYTHONTRACEMALLOC=1: where Python memory goes
+        top = tracemalloc.take_snapshot().statistics("lineno")[:15]
+        state["tracemalloc_top"] = [f"{s.size / 1024:.0f} KiB {s.count} {s.traceback}"
+                                    for s in top]
+    return json_response(server, state)

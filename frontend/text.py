@@ -91,6 +91,9 @@ class IncrementalDetokenizer:
         """
         if not new_token_ids:
             return None
+        if not self.stop and self._spaces_between_special:
+            self._append_plain(new_token_ids, stop_terminated)
+            return None
         skipped_stop_token = None
         if stop_terminated and not self.include_stop_str_in_output:
             # The EOS/stop token that ended generation is not detokenized.
@@ -124,6 +127,27 @@ class IncrementalDetokenizer:
             self.output_text = self.output_text[:truncate_to]
         return stop_string
 
+    def _append_plain(self, new_token_ids: list[int], stop_terminated: bool) -> None:
+        """``update`` without stop strings or special-token spacing: the common
+        case, kept lean because it runs for every token of every stream."""
+        if stop_terminated and not self.include_stop_str_in_output:
+            decoded = new_token_ids[:-1]
+        else:
+            decoded = new_token_ids
+        stream, tokenizer = self._stream, self._model.tokenizer
+        pieces = []
+        for token_id in decoded:
+            try:
+                piece = stream.step(tokenizer, token_id)
+            except Exception as e:
+                piece = self._recover(e, token_id)
+                stream = self._stream
+            if piece:
+                pieces.append(piece)
+        self.token_ids += new_token_ids
+        if pieces:
+            self.output_text += pieces[0] if len(pieces) == 1 else "".join(pieces)
+
     def next_text(self, finished: bool) -> str:
         """New text since the last call, holding back a possible partial stop string."""
         length = len(self.output_text) - (0 if finished else self.stop_buffer_length)
@@ -145,16 +169,20 @@ class IncrementalDetokenizer:
     def _step(self, token_id: int) -> str | None:
         try:
             return self._stream.step(self._model.tokenizer, token_id)
-        except (OverflowError, TypeError):
+        except Exception as e:
+            return self._recover(e, token_id)
+
+    def _recover(self, error: Exception, token_id: int) -> str | None:
+        """A failed ``DecodeStream.step``, handled as vLLM handles it."""
+        if isinstance(error, (OverflowError, TypeError)):
             log.error("invalid token id from the engine: %r", token_id)
             return None
-        except Exception as e:
-            if not str(e).startswith(INVALID_PREFIX_ERR_MSG):
-                raise
-            # tokenizers can produce non-monotonic invalid UTF-8 and break the
-            # stream's state; start a fresh stream like vLLM does.
-            self._stream = decoders.DecodeStream(skip_special_tokens=self._skip_special)
-            return self._stream.step(self._model.tokenizer, token_id)
+        if not str(error).startswith(INVALID_PREFIX_ERR_MSG):
+            raise error
+        # tokenizers can produce non-monotonic invalid UTF-8 and break the
+        # stream's state; start a fresh stream like vLLM does.
+        self._stream = decoders.DecodeStream(skip_special_tokens=self._skip_special)
+        return self._stream.step(self._model.tokenizer, token_id)
 
 
 class TokenTexts:

@@ -195,7 +195,7 @@ def test_admission_counts_choices_and_frees_them(start_ops_stack):
 # ------------------------------------------------------------------------ slow consumers
 def test_slow_consumer_is_aborted_and_engine_freed(start_ops_stack):
     """A client that never reads its stream: once the frontend's bounded buffer
-    (--max-stream-buffer steps) is full the request is aborted in the engine."""
+    (--max-stream-buffer bytes) is full the request is aborted in the engine."""
     stack = start_ops_stack("--max-stream-buffer", "32",
                             engine_args=("--max-model-len", str(1 << 20)))
     host, port = "127.0.0.1", stack.frontend.port

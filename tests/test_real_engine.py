@@ -109,14 +109,15 @@ class Collector:
         fut = self._finished[request_id] = asyncio.get_running_loop().create_future()
         return fut
 
-    def on_outputs(self, outs: EngineCoreOutputs) -> None:
-        for out in outs.outputs:
-            result = self._results.get(out.request_id)
-            if result is None:
-                continue
-            result.outputs.append(out)
-            if out.finish_reason is not None:
-                self._finished[out.request_id].set_result(result)
+    def on_outputs(self, batch: list[EngineCoreOutputs]) -> None:
+        for outs in batch:
+            for out in outs.outputs:
+                result = self._results.get(out.request_id)
+                if result is None:
+                    continue
+                result.outputs.append(out)
+                if out.finish_reason is not None:
+                    self._finished[out.request_id].set_result(result)
 
     def on_dead(self, reason: str) -> None:
         for fut in self._finished.values():

@@ -37,7 +37,7 @@ from frontend.openai.sampling import (
     child_params,
     get_max_tokens,
 )
-from frontend.openai.sse import SseWriter
+from frontend.openai.sse import stream_group
 from frontend.text import Position
 from protocol.errors import ValidationError
 
@@ -551,40 +551,34 @@ class ChatView:
     # ------------------------------------------------------------ streaming
     async def stream(self, request: web.Request) -> web.StreamResponse:
         group, server = self.group, self.server
-        include_usage, continuous = stream_usage_flags(self.req.stream_options,
-                                                       server.force_include_usage)
-        writer = SseWriter(request)
-        await writer.start()
-        emitted = [0] * len(group.choices)
+        self.include_usage, self.continuous = stream_usage_flags(self.req.stream_options,
+                                                                 server.force_include_usage)
+        self.emitted = [0] * len(group.choices)
         prefix = server.json({"id": group.request_id, "object": "chat.completion.chunk",
                               "created": self.created, "model": self.model_name})[:-1]
-        head = b"data: " + prefix + b',"choices":[{"index":'
-        num_prompt = len(self.rendered.token_ids)
-        started = False
-        while True:
-            await group.wait()
-            deltas = group.take()
-            if deltas:
-                parts = []
-                if not started:  # the first engine output of any choice
-                    started = True
-                    parts.append(self._opening_chunks(head, num_prompt, continuous))
-                for d in deltas:
-                    parts.append(self._chunk(head, d, emitted, num_prompt, include_usage,
-                                             continuous))
-                await writer.write(b"".join(p for p in parts if p))
-            if group.done and not group.pending:
-                break
-        if group.error is not None:
-            await writer.write_error(group.error)
-        elif include_usage:
-            await writer.write_event(server.json({
-                "id": group.request_id, "object": "chat.completion.chunk",
-                "created": self.created, "model": self.model_name, "choices": [],
-                "usage": usage_dict(num_prompt, sum(emitted)),
-                "system_fingerprint": server.system_fingerprint}))
-        await writer.done()
-        return writer.response
+        self.head = b"data: " + prefix + b',"choices":[{"index":'
+        self.num_prompt = len(self.rendered.token_ids)
+        self.started = False
+        return await stream_group(request, group, self._render, self._closing)
+
+    def _render(self, deltas: list[Delta]) -> bytes:
+        parts = []
+        if not self.started:  # the first engine output of any choice
+            self.started = True
+            parts.append(self._opening_chunks(self.head, self.num_prompt, self.continuous))
+        for d in deltas:
+            parts.append(self._chunk(self.head, d, self.emitted, self.num_prompt,
+                                     self.include_usage, self.continuous))
+        return b"".join(p for p in parts if p)
+
+    def _closing(self) -> bytes | None:
+        if not self.include_usage:
+            return None
+        return self.server.json({
+            "id": self.group.request_id, "object": "chat.completion.chunk",
+            "created": self.created, "model": self.model_name, "choices": [],
+            "usage": usage_dict(self.num_prompt, sum(self.emitted)),
+            "system_fingerprint": self.server.system_fingerprint})
 
     def _opening_chunks(self, head: bytes, num_prompt: int, continuous: bool) -> bytes:
         """One role chunk per choice (then the echo chunks), as vLLM sends them."""

@@ -31,13 +31,16 @@ from frontend.openai.sampling import (
     child_params,
     get_max_tokens,
 )
-from frontend.openai.sse import SseWriter
+from frontend.openai.sse import stream_group
 from protocol.errors import ValidationError
 
 if TYPE_CHECKING:
     from frontend.server import Server
 
 MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS
+# The rest of a mid-stream chunk that carries only text (same keys as _chunk's).
+PLAIN_CHUNK_TAIL = (b',"logprobs":null,"finish_reason":null,"stop_reason":null,'
+                    b'"prompt_token_ids":null,"token_ids":null}]}\n\n')
 
 
 class CompletionRequest(msgspec.Struct, kw_only=True):
@@ -318,46 +321,46 @@ class CompletionView:
 
     # ------------------------------------------------------------ streaming
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        req, group, server = self.req, self.group, self.server
-        include_usage, continuous = stream_usage_flags(req.stream_options,
-                                                       server.force_include_usage)
-        writer = SseWriter(request)
-        await writer.start()
+        group, server = self.group, self.server
+        self.include_usage, self.continuous = stream_usage_flags(
+            self.req.stream_options, server.force_include_usage)
         n_choices = len(group.choices)
-        text_offsets = [0] * n_choices
-        emitted = [0] * n_choices
-        started = [False] * n_choices
+        self.text_offsets = [0] * n_choices
+        self.emitted = [0] * n_choices
+        self.started = [False] * n_choices
         prefix = server.json({"id": group.request_id, "object": "text_completion",
                               "created": self.created, "model": self.model_name})[:-1]
-        head = b'data: ' + prefix + b',"choices":[{"index":'
-        while True:
-            await group.wait()
-            deltas = group.take()
-            if deltas:
-                parts = [self._chunk(head, d, text_offsets, emitted, started,
-                                     include_usage, continuous) for d in deltas]
-                await writer.write(b"".join(p for p in parts if p))
-            if group.done and not group.pending:
-                break
-        if group.error is not None:
-            await writer.write_error(group.error)
-        elif include_usage:
-            num_prompt = sum(len(ids) for ids, _ in self.rendered)
-            await writer.write_event(server.json({
-                "id": group.request_id, "object": "text_completion",
-                "created": self.created, "model": self.model_name, "choices": [],
-                "usage": usage_dict(num_prompt, sum(emitted)),
-                "system_fingerprint": server.system_fingerprint}))
-        await writer.done()
-        return writer.response
+        self.head = b'data: ' + prefix + b',"choices":[{"index":'
+        self.index_bytes = [str(i).encode() for i in range(n_choices)]
+        # Most chunks carry text only: those skip building a dict.
+        self.plain = (self.req.logprobs is None and not self.req.return_token_ids
+                      and not self.continuous)
+        return await stream_group(request, group, self._render, self._closing)
 
-    def _chunk(self, head: bytes, d: Delta, text_offsets: list[int], emitted: list[int],
-               started: list[bool], include_usage: bool, continuous: bool) -> bytes | None:
-        req, server = self.req, self.server
+    def _render(self, deltas: list[Delta]) -> bytes:
+        return b"".join([self._chunk(d) for d in deltas])
+
+    def _closing(self) -> bytes | None:
+        if not self.include_usage:
+            return None
+        num_prompt = sum(len(ids) for ids, _ in self.rendered)
+        return self.server.json({
+            "id": self.group.request_id, "object": "text_completion",
+            "created": self.created, "model": self.model_name, "choices": [],
+            "usage": usage_dict(num_prompt, sum(self.emitted)),
+            "system_fingerprint": self.server.system_fingerprint})
+
+    def _chunk(self, d: Delta) -> bytes:
         c: Choice = d.choice
         i = c.index
+        if self.plain and d.finish_reason is None and self.started[i]:
+            self.emitted[i] += len(d.token_ids)
+            return (self.head + self.index_bytes[i] + b',"text":' + self.server.json(d.text)
+                    + PLAIN_CHUNK_TAIL)
+        req, server = self.req, self.server
         text, token_ids, positions = d.text, d.token_ids, d.logprobs
         prompt_ids_out = None
+        text_offsets, emitted, started = self.text_offsets, self.emitted, self.started
         if not started[i]:
             started[i] = True
             if req.echo:
@@ -390,9 +393,9 @@ class CompletionView:
             "token_ids": d.token_ids if req.return_token_ids else None,
         }
         tail = b"}]"
-        if continuous:
+        if self.continuous:
             prompt_tokens = len(c.prompt_token_ids)
             tail += b',"usage":' + server.json(usage_dict(prompt_tokens, emitted[i]))
-        if d.finish_reason is not None and not include_usage:
+        if d.finish_reason is not None and not self.include_usage:
             tail += b',"system_fingerprint":' + server.json(server.system_fingerprint)
-        return head + str(i).encode() + b"," + server.json(body)[1:-1] + tail + b"}\n\n"
+        return self.head + self.index_bytes[i] + b"," + server.json(body)[1:-1] + tail + b"}\n\n"

@@ -14,7 +14,7 @@ import msgspec
 from aiohttp import web
 
 from frontend.errors import ApiError, from_validation, schema_error
-from frontend.fanout import Choice, Group
+from frontend.fanout import Choice, Delta, Group
 from frontend.openai.common import (
     LOGPROB_FLOOR,
     StreamOptions,
@@ -26,7 +26,7 @@ from frontend.openai.common import (
     validate_cache_salt,
 )
 from frontend.openai.sampling import bad_words_token_ids, child_params, get_max_tokens
-from frontend.openai.sse import SseWriter
+from frontend.openai.sse import stream_group
 from frontend.text import Position
 from protocol.errors import ValidationError
 from protocol.sampling import (
@@ -262,7 +262,7 @@ class GenerateView:
         for c in sorted(self.group.choices, key=lambda c: c.index):
             choices.append(self._choice(
                 c.index, c.finish_reason or "stop", c.stop_reason, c.token_ids,
-                c.logprobs.sample if c.logprobs else None, c.weight_spans or None,
+                c.logprobs.sample if c.logprobs else None, c.weight_spans(),
                 c.text))
         prompt_ids = self.req.token_ids
         first = self.group.choices[0]
@@ -286,45 +286,41 @@ class GenerateView:
         }
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
+        self.include_usage, self.continuous = stream_usage_flags(self.req.stream_options,
+                                                                 False)
+        self.generated = [0] * len(self.group.choices)
+        self.prompt_ids_pending = bool(self.req.return_token_ids)
+        return await stream_group(request, self.group, self._render, self._closing)
+
+    def _render(self, deltas: list[Delta]) -> bytes:
         server, group, req = self.server, self.group, self.req
-        include_usage, continuous = stream_usage_flags(req.stream_options, False)
-        writer = SseWriter(request)
-        await writer.start()
-        generated = [0] * len(group.choices)
-        prompt_ids_pending = req.return_token_ids
-        while True:
-            await group.wait()
-            out = []
-            for d in group.take():
-                c: Choice = d.choice
-                generated[c.index] += len(d.token_ids)
-                if not (d.token_ids or d.finish_reason is not None
-                        or (self.text_mode and d.text)):
-                    continue
-                chunk: dict[str, Any] = {"request_id": group.request_id, "usage": None}
-                if prompt_ids_pending:
-                    # (vLLM leaves out mm_placeholders when it is null.)
-                    chunk["prompt_token_ids"] = req.token_ids
-                    prompt_ids_pending = False
-                if continuous:
-                    # A full UsageInfo: these chunks are not dumped with exclude_none.
-                    chunk["usage"] = usage_dict(len(req.token_ids), generated[c.index],
-                                                details=True)
-                chunk["output_mode"] = req.output_mode
-                chunk["choices"] = [self._choice(
-                    c.index, d.finish_reason, d.stop_reason, d.token_ids, d.logprobs,
-                    (c.weight_spans or None) if d.finish_reason else None, d.text)]
-                out.append(b"data: " + server.json(chunk) + b"\n\n")
-            if out:
-                await writer.write(b"".join(out))
-            if group.done and not group.pending:
-                break
-        if group.error is not None:
-            await writer.write_error(group.error)
-        elif include_usage:
-            await writer.write_event(server.json({
-                "request_id": group.request_id, "usage": usage_dict(
-                    len(req.token_ids), sum(generated)),
-                "output_mode": req.output_mode, "choices": []}))
-        await writer.done()
-        return writer.response
+        out = []
+        for d in deltas:
+            c: Choice = d.choice
+            self.generated[c.index] += len(d.token_ids)
+            if not (d.token_ids or d.finish_reason is not None
+                    or (self.text_mode and d.text)):
+                continue
+            chunk: dict[str, Any] = {"request_id": group.request_id, "usage": None}
+            if self.prompt_ids_pending:
+                # (vLLM leaves out mm_placeholders when it is null.)
+                chunk["prompt_token_ids"] = req.token_ids
+                self.prompt_ids_pending = False
+            if self.continuous:
+                # A full UsageInfo: these chunks are not dumped with exclude_none.
+                chunk["usage"] = usage_dict(len(req.token_ids), self.generated[c.index],
+                                            details=True)
+            chunk["output_mode"] = req.output_mode
+            chunk["choices"] = [self._choice(
+                c.index, d.finish_reason, d.stop_reason, d.token_ids, d.logprobs,
+                c.weight_spans() if d.finish_reason else None, d.text)]
+            out.append(b"data: " + server.json(chunk) + b"\n\n")
+        return b"".join(out)
+
+    def _closing(self) -> bytes | None:
+        if not self.include_usage:
+            return None
+        return self.server.json({
+            "request_id": self.group.request_id,
+            "usage": usage_dict(len(self.req.token_ids), sum(self.generated)),
+            "output_mode": self.req.output_mode, "choices": []})

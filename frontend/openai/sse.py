@@ -1,28 +1,107 @@
-"""Server-sent events over aiohttp: one write per engine step per stream."""
+"""Server-sent events over aiohttp, written straight from the engine reader.
+
+The hot path of a stream is engine step -> SSE bytes. Waking one handler
+coroutine per stream per step would cost more than formatting the chunk, so a
+streaming handler installs a *sink* on its group: the fan-out table calls it
+once per engine step with that step's deltas, the view formats them, and the
+bytes go to the socket right there, framed as one HTTP chunk. Only a client
+that does not keep up (the transport's buffer is full) makes bytes queue; then
+the handler coroutine is woken to write the backlog as the client reads, and
+more than ``--max-stream-buffer`` bytes waiting for the client abort the
+request (slow consumer), dropping what was queued.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Callable
 
 import msgspec
 from aiohttp import web
 
-from frontend.fanout import RequestFailed
+from frontend.fanout import Delta, Group, RequestFailed
+
+log = logging.getLogger("frontend.sse")
 
 DONE = b"data: [DONE]\n\n"
 HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+# Above this many unsent bytes in the socket's buffer, writes go through the
+# handler (which awaits aiohttp's drain) instead of straight to the transport.
+DIRECT_WRITE_LIMIT = 64 * 1024
+SOCKET_SEND_BUFFER = 128 * 1024
 
 
 class SseWriter:
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, group: Group) -> None:
         self.request = request
+        self.group = group
         self.response = web.StreamResponse(status=200, headers=HEADERS)
+        self.backlog: list[bytes] = []
+        self.backlog_bytes = 0
+        self._transport = None
+        self._chunked = False
 
     async def start(self) -> None:
+        # Chunked framing is ours to write on the direct path, so make it explicit
+        # (HTTP/1.0 clients get a connection-delimited body instead).
+        if self.request.version >= (1, 1):
+            self.response.enable_chunked_encoding()
+            self._chunked = True
         await self.response.prepare(self.request)
+        self._transport = self.request.transport
+        # Linux grows a socket's send buffer to megabytes by itself, which
+        # would hide a client that does not read; a fixed size keeps the lag
+        # visible in the transport's buffer (still ample for token streams).
+        sock = self._transport.get_extra_info("socket") if self._transport else None
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER)
 
-    async def write(self, data: bytes) -> None:
-        """Raises ConnectionResetError (or is cancelled) when the client is gone."""
+    def push(self, data: bytes) -> tuple[int, bool]:
+        """Send now if the client keeps up, else queue for the handler.
+
+        Returns (bytes the client has not taken yet, whether they were queued).
+        """
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            self._queue(data)
+            return self.backlog_bytes, True
+        buffered = transport.get_write_buffer_size()
+        if self.backlog or buffered > DIRECT_WRITE_LIMIT:
+            self._queue(data)
+            return buffered + self.backlog_bytes, True
         if data:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+        return transport.get_write_buffer_size(), False
+
+    def _queue(self, data: bytes) -> None:
+        if data:
+            self.backlog.append(data)
+            self.backlog_bytes += len(data)
+
+    async def flush(self) -> None:
+        """Write the backlog with flow control. Raises when the client is gone."""
+        while self.backlog and not self._dropping():
+            await self._writable()
+            data, self.backlog, self.backlog_bytes = b"".join(self.backlog), [], 0
             await self.response.write(data)
+        if self._dropping():
+            self.backlog, self.backlog_bytes = [], 0
+
+    def _dropping(self) -> bool:
+        error = self.group.error
+        return error is not None and error.drop_unsent
+
+    async def _writable(self) -> None:
+        # aiohttp drains by its own count of bytes, which misses ours: wait on
+        # the transport itself. Meanwhile new steps queue up (and too many
+        # bytes waiting abort the request).
+        transport = self._transport
+        while (transport is not None and not transport.is_closing()
+               and transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT
+               and not self._dropping()):
+            await asyncio.sleep(0.01)
 
     async def write_event(self, payload: bytes) -> None:
         await self.response.write(b"data: " + payload + b"\n\n")
@@ -36,3 +115,37 @@ class SseWriter:
     async def done(self) -> None:
         await self.response.write(DONE)
         await self.response.write_eof()
+
+
+async def stream_group(request: web.Request, group: Group,
+                       render: Callable[[list[Delta]], bytes],
+                       closing: Callable[[], bytes | None]) -> web.StreamResponse:
+    """Stream ``group``: ``render`` turns a step's deltas into SSE events,
+    ``closing`` gives the final event (usage) if any; then errors and [DONE]."""
+    writer = SseWriter(request, group)
+    await writer.start()
+    group.sink = lambda deltas: writer.push(render(deltas))
+    try:
+        while True:
+            if group.pending:  # deltas that arrived before the sink was installed
+                writer.push(render(group.take()))
+            await writer.flush()
+            if group.done and not group.pending:
+                break
+            await group.wait()
+        await writer.flush()
+        final = closing() if group.error is None else None
+    except (ConnectionError, asyncio.CancelledError):
+        raise  # the client is gone: the handler's cleanup aborts the rest
+    except Exception:
+        # The 200 is out: an error can only be reported in the stream.
+        log.exception("stream %s failed", group.request_id)
+        group.error = group.error or RequestFailed("Internal server error")
+    finally:
+        group.sink = None
+    if group.error is not None:
+        await writer.write_error(group.error)
+    elif final is not None:
+        await writer.write_event(final)
+    await writer.done()
+    return writer.response

@@ -195,7 +195,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
             table.submit(grp)
         t0 = time.perf_counter()
         for outs in steps:
-            table.on_outputs(outs)
+            table.on_outputs([outs])
             for grp in groups:  # what each stream handler does when woken
                 grp.take()
         for grp in groups:
