@@ -1,0 +1,238 @@
+"""Processes for the benchmark: engines and frontends, pinned with taskset, and
+their CPU time and memory read from /proc (Linux only)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(sys.executable).parent
+HOST = "127.0.0.1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+# ------------------------------------------------------------------ /proc
+def children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants."""
+    kids = children_map()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, ()))
+    return out
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """utime + stime (and of waited-for children) of the processes, in seconds."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    return total / CLK_TCK
+
+
+def rss_bytes(pids: Sequence[int]) -> int:
+    """Sum of the resident set sizes (shared pages counted once per process)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * PAGE
+        except OSError:
+            continue
+    return total
+
+
+def core_times() -> dict[int, tuple[float, float]]:
+    """Per CPU: (busy seconds, total seconds) since boot, from /proc/stat."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                parts = line.split()
+                vals = [int(v) for v in parts[1:]]
+                idle = vals[3] + vals[4]
+                total = sum(vals[:8])
+                out[int(parts[0][3:])] = ((total - idle) / CLK_TCK, total / CLK_TCK)
+    return out
+
+
+def loadavg() -> list[float]:
+    return [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+# ------------------------------------------------------------------ ports
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def free_port_triple() -> int:
+    """P, P+1, P+2 free and below the ephemeral range (our frontend binds P+1, P+2)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(500):
+        port = random.randrange(20000, low - 3)
+        if all(_port_free(p) for p in (port, port + 1, port + 2)):
+            return port
+    raise RuntimeError("no three consecutive free ports")
+
+
+# ------------------------------------------------------------------ processes
+class Proc:
+    """A process group started with ``taskset -c CPU``, logging to a file."""
+
+    def __init__(self, name: str, argv: Sequence[str], cpu: int | None, log_path: Path,
+                 env: dict[str, str] | None = None, nice: int = 0) -> None:
+        self.name = name
+        self.argv = list(argv)
+        if cpu is not None:
+            self.argv = ["taskset", "-c", str(cpu), *self.argv]
+        if nice:
+            self.argv = ["nice", "-n", str(nice), *self.argv]
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.t_start = time.monotonic()
+        self.wall_start = time.time()
+        self.proc = subprocess.Popen(self.argv, cwd=REPO_ROOT, stdout=self.log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **(env or {})})
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def pids(self) -> list[int]:
+        return tree(self.pid) if self.alive() else []
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # whatever is left of the group
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.log.close()
+
+
+def http_ok(url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def wait_healthy(url: str, procs: Sequence[Proc], timeout: float, poll: float = 0.005
+                 ) -> float:
+    """Poll ``url``/health until 200; returns the wall-clock time (time.time()) it
+    first answered. Fails at once if one of ``procs`` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in procs:
+            if not p.alive():
+                raise RuntimeError(f"{p.name} exited with {p.proc.returncode}:\n{p.log_tail()}")
+        if http_ok(url + "/health", timeout=2.0):
+            return time.time()
+        time.sleep(poll)
+    tails = "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in procs)
+    raise TimeoutError(f"{url} not healthy after {timeout:.0f} s\n{tails}")
+
+
+def wait_healthy_tcp(host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout} s")
+
+
+def wait_log(proc: Proc, needle: str, timeout: float) -> float | None:
+    """Wait until ``needle`` shows up in the process log; returns time.monotonic()."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if needle in proc.log_path.read_text(errors="replace"):
+                return time.monotonic()
+        except OSError:
+            pass
+        if not proc.alive():
+            raise RuntimeError(f"{proc.name} exited with {proc.proc.returncode}:\n"
+                               f"{proc.log_tail()}")
+        time.sleep(0.01)
+    return None
+
+
+def mock_ready_wall_time(proc: Proc) -> float | None:
+    """Wall-clock time of the mock engine's "EngineCore ready" log line (ms resolution)."""
+    for line in proc.log_path.read_text(errors="replace").splitlines():
+        if "EngineCore ready" in line and "[mock-engine]" in line:
+            # "INFO 2026-05-09 12:30:22,123 [mock-engine] EngineCore ready: ..."
+            parts = line.split()
+            stamp = f"{parts[1]} {parts[2]}"
+            try:
+                dt = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+            except ValueError:
+                return None
+            return dt.timestamp()
+    return None

@@ -1,0 +1,120 @@
+"""A trivial ``/v1/completions`` server, to measure the load generator's ceiling.
+
+Raw asyncio (uvloop) HTTP/1.1 with keep-alive, no framework and no engine: a
+streamed request gets ``max_tokens`` canned completion chunks (each one HTTP
+chunk, written separately, yielding to the event loop between writes the way
+a frontend writes once per engine step), a usage chunk and ``[DONE]``; a
+non-streamed one gets a canned JSON body. Whatever rate the load generator
+reaches against it is the most it could measure of a real frontend.
+
+    python -m tools.bench.trivial_server --port 8123
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+
+_MAX_TOKENS = re.compile(rb'"max_tokens":\s*(\d+)')
+_STREAM = re.compile(rb'"stream":\s*true')
+_N = re.compile(rb'"n":\s*(\d+)')
+
+CHUNK = (b'data: {"id":"cmpl-0123456789abcdef","object":"text_completion","created":'
+         b'1700000000,"model":"tiny","choices":[{"index":0,"text":" word","logprobs":null,'
+         b'"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
+         b'"token_ids":null}]}\n\n')
+HEAD_STREAM = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+               b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+
+def _chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+CHUNK_FRAMED = _chunk(CHUNK)
+
+
+class Handler(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.buf = b""
+        self.transport = None
+        self.busy = False
+        self.queue: list[bytes] = []
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            head = self.buf[:i].lower()
+            m = re.search(rb"content-length:\s*(\d+)", head)
+            length = int(m.group(1)) if m else 0
+            if len(self.buf) < i + 4 + length:
+                return
+            body = self.buf[i + 4:i + 4 + length]
+            self.buf = self.buf[i + 4 + length:]
+            self.queue.append(body)
+            if not self.busy:
+                self.busy = True
+                asyncio.get_running_loop().create_task(self._serve())
+
+    async def _serve(self) -> None:
+        while self.queue and not self.transport.is_closing():
+            body = self.queue.pop(0)
+            m = _MAX_TOKENS.search(body)
+            tokens = int(m.group(1)) if m else 16
+            m = _N.search(body)
+            n = int(m.group(1)) if m else 1
+            total = tokens * n
+            usage = {"prompt_tokens": 128, "completion_tokens": total,
+                     "total_tokens": 128 + total}
+            if _STREAM.search(body):
+                self.transport.write(HEAD_STREAM)
+                for _ in range(total):
+                    if self.transport.is_closing():
+                        return
+                    self.transport.write(CHUNK_FRAMED)
+                    await asyncio.sleep(0)
+                last = json.dumps({"id": "cmpl-0", "object": "text_completion",
+                                   "created": 1700000000, "model": "tiny", "choices": [],
+                                   "usage": usage}, separators=(",", ":")).encode()
+                self.transport.write(_chunk(b"data: " + last + b"\n\n")
+                                     + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            else:
+                payload = json.dumps({
+                    "id": "cmpl-0", "object": "text_completion", "created": 1700000000,
+                    "model": "tiny", "choices": [{"index": 0, "text": " word" * tokens,
+                                                  "logprobs": None, "finish_reason": "length"}],
+                    "usage": usage}).encode()
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                     b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        self.busy = False
+
+
+async def serve(host: str, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Handler, host, port, backlog=1024)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    args = p.parse_args()
+    try:
+        import uvloop
+        uvloop.run(serve(args.host, args.port))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
