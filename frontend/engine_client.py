@@ -78,7 +78,7 @@ class EngineClient:
     """Owns the sockets; knows nothing about HTTP or requests' meaning."""
 
     def __init__(self, addresses: EngineAddresses, *,
-                 on_outputs: Callable[[list[wire.EngineCoreOutputs]], None],
+                 on_outputs: Callable[[list[wire.StepOutputs]], None],
                  on_dead: Callable[[str], None],
                  on_ready: Callable[[hs.ReadyResponse], None] | None = None,
                  state_file: str | None = None) -> None:
@@ -364,13 +364,15 @@ class EngineClient:
         """Hand every engine message that is waiting to ``on_outputs`` in one batch,
         so each client gets one write per wake-up however many steps it covers."""
         sock = self._output
-        batch: list[wire.EngineCoreOutputs] = []
+        batch: list[wire.StepOutputs] = []
         dead = False
         for _ in range(MAX_MESSAGES_PER_WAKEUP):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = [sock.recv(zmq.NOBLOCK)]
             except zmq.Again:
                 break
+            while sock.get(zmq.RCVMORE):  # aux frames (large logprobs arrays)
+                frames.append(sock.recv())
             if wire.is_engine_dead(frames):
                 dead = True
                 break
@@ -385,15 +387,15 @@ class EngineClient:
         if dead:
             self._declare_dead("the engine core died (ENGINE_CORE_DEAD)")
 
-    def _decode(self, frames: list[bytes]) -> wire.EngineCoreOutputs | None:
+    def _decode(self, frames: list[bytes]) -> wire.StepOutputs | None:
         try:
-            outs = wire.decode_outputs(frames)
+            outs = wire.decode_step(frames)
         except ProtocolError as e:
             log.error("dropping an engine message: %s", e)
             return None
         if outs.utility_output is not None:
             self._resolve_utility(outs.utility_output)
-        if outs.outputs or outs.scheduler_stats is not None:
+        if outs.outputs or wire.has_scheduler_stats(outs):
             return outs
         return None
 

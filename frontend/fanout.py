@@ -247,7 +247,7 @@ class Table:
             self.observer.on_submit(group)
 
     # ------------------------------------------------------------ outputs
-    def on_outputs(self, batch: list[wire.EngineCoreOutputs]) -> None:
+    def on_outputs(self, batch: list[wire.StepOutputs]) -> None:
         """Route the engine messages read in one wake-up; then wake or write to
         each affected client once."""
         touched: dict[int, Group] = {}

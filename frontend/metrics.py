@@ -39,6 +39,7 @@ import time
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+import msgspec
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -115,7 +116,7 @@ class EngineMetrics:
         self.cached_prompt_tokens = 0
         self.success = dict.fromkeys(FINISH_NAMES, 0)
         self.slow_consumer_aborts = 0
-        self.scheduler_stats: dict | None = None
+        self._scheduler_stats = msgspec.Raw()  # the latest, still msgpack
         self.ttft = Histogram(TIME_TO_FIRST_TOKEN_BUCKETS)
         self.itl = Histogram(INTER_TOKEN_LATENCY_BUCKETS)
         self.e2e = Histogram(REQUEST_LATENCY_BUCKETS)
@@ -137,10 +138,13 @@ class EngineMetrics:
             prompts = choices[-1].prompt_index + 1
             self.params_n.observe(len(choices) // prompts, prompts)
 
-    def on_step(self, outs: wire.EngineCoreOutputs) -> None:
-        stats = outs.scheduler_stats
-        if stats is not None:
-            self.scheduler_stats = stats
+    @property
+    def scheduler_stats(self) -> dict | None:
+        return wire.scheduler_stats(self._scheduler_stats)
+
+    def on_step(self, outs: wire.StepOutputs) -> None:
+        if wire.has_scheduler_stats(outs):
+            self._scheduler_stats = outs.scheduler_stats
         outputs = outs.outputs
         if not outputs:
             return

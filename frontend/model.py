@@ -17,6 +17,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from frontend.bytelevel import ByteLevelTexts, is_byte_level
+
 log = logging.getLogger("frontend.model")
 
 # generation_config.json keys that become server-side sampling defaults, as
@@ -67,6 +69,8 @@ class ModelInfo:
     special_token_ids: frozenset[int] = frozenset()
     max_chars_per_token: int = 1
     tokenizer_config: dict[str, Any] = field(default_factory=dict)
+    # Set for byte-level BPE tokenizers: the fast incremental decoder's tables.
+    byte_level: ByteLevelTexts | None = None
 
     @property
     def name(self) -> str:
@@ -145,6 +149,8 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
     )
     info.max_chars_per_token = max(
         (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
+    if is_byte_level(tokenizer):
+        info.byte_level = ByteLevelTexts(tokenizer, special)
     if info.default_sampling:
         log.info("default sampling parameters from generation_config.json: %s",
                  info.default_sampling)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from tokenizers import decoders
 
+from frontend.bytelevel import ByteLevelStream, ByteLevelTexts
+
 if TYPE_CHECKING:
     from frontend.model import ModelInfo
 
@@ -56,7 +58,7 @@ def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
 class IncrementalDetokenizer:
     """Text of one generated sequence, fed with the engine's per-step token deltas."""
 
-    __slots__ = ("_model", "_stream", "_skip_special", "_spaces_between_special",
+    __slots__ = ("_model", "_tokenizer", "_stream", "_skip_special", "_spaces_between_special",
                  "_last_special", "stop", "min_tokens", "include_stop_str_in_output",
                  "stop_buffer_length", "token_ids", "output_text", "_last_output_offset")
 
@@ -66,9 +68,9 @@ class IncrementalDetokenizer:
                  stop: list[str] | None = None, min_tokens: int = 0,
                  include_stop_str_in_output: bool = False) -> None:
         self._model = model
+        self._tokenizer = model.tokenizer
         self._skip_special = skip_special_tokens
-        self._stream = decoders.DecodeStream(
-            ids=prompt_token_ids, skip_special_tokens=skip_special_tokens)
+        self._stream = _decode_stream(model, prompt_token_ids, skip_special_tokens)
         # Spaces between consecutive added tokens are suppressed only when
         # specials are kept and the client asked for it.
         self._spaces_between_special = (skip_special_tokens or spaces_between_special_tokens
@@ -130,11 +132,21 @@ class IncrementalDetokenizer:
     def _append_plain(self, new_token_ids: list[int], stop_terminated: bool) -> None:
         """``update`` without stop strings or special-token spacing: the common
         case, kept lean because it runs for every token of every stream."""
+        stream, tokenizer = self._stream, self._tokenizer
+        if len(new_token_ids) == 1 and not stop_terminated:  # one token per step
+            token_id = new_token_ids[0]
+            self.token_ids.append(token_id)
+            try:
+                piece = stream.step(tokenizer, token_id)
+            except Exception as e:
+                piece = self._recover(e, token_id)
+            if piece:
+                self.output_text += piece
+            return
         if stop_terminated and not self.include_stop_str_in_output:
             decoded = new_token_ids[:-1]
         else:
             decoded = new_token_ids
-        stream, tokenizer = self._stream, self._model.tokenizer
         pieces = []
         for token_id in decoded:
             try:
@@ -183,6 +195,30 @@ class IncrementalDetokenizer:
         # stream's state; start a fresh stream like vLLM does.
         self._stream = decoders.DecodeStream(skip_special_tokens=self._skip_special)
         return self._stream.step(self._model.tokenizer, token_id)
+
+
+def _decode_stream(model: "ModelInfo", prompt_token_ids: list[int],
+                   skip_special_tokens: bool):
+    """A stream primed with the prompt: the fast byte-level one where it matches
+    DecodeStream exactly (the prompt ends on a complete character), else DecodeStream."""
+    texts = model.byte_level
+    if texts is not None and not _ends_mid_character(texts, prompt_token_ids,
+                                                     skip_special_tokens):
+        return ByteLevelStream(texts, skip_special_tokens)
+    return decoders.DecodeStream(ids=prompt_token_ids, skip_special_tokens=skip_special_tokens)
+
+
+def _ends_mid_character(texts: ByteLevelTexts, ids: list[int], skip_special: bool) -> bool:
+    tail = b""
+    count = 0
+    for token_id in reversed(ids):  # a partial character spans at most 3 tokens
+        if skip_special and texts.is_special(token_id):
+            continue
+        tail = texts.token_bytes(token_id) + tail
+        count += 1
+        if count == 4:
+            break
+    return tail.decode("utf-8", "replace").endswith(REPLACEMENT_CHAR)
 
 
 class TokenTexts:

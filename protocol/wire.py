@@ -124,6 +124,30 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, gc=False):
     weight_version: str | None = None
 
 
+class StepOutputs(EngineCoreOutputs):
+    """EngineCoreOutputs as the frontend's hot path reads it.
+
+    ``scheduler_stats`` (a ~500-byte map on every step unless the engine runs
+    with --disable-log-stats) stays undecoded msgpack: only /metrics reads
+    it, via :func:`scheduler_stats`. Empty or ``b"\\xc0"`` (nil) means none.
+    """
+
+    scheduler_stats: msgspec.Raw = msgspec.Raw()
+
+
+_NIL = b"\xc0"
+
+
+def has_scheduler_stats(outs: StepOutputs) -> bool:
+    raw = outs.scheduler_stats
+    return len(raw) > 1 or (len(raw) == 1 and bytes(raw) != _NIL)
+
+
+def scheduler_stats(raw: msgspec.Raw) -> dict[str, Any] | None:
+    """Decode the stats a :class:`StepOutputs` kept raw."""
+    return msgspec.msgpack.decode(raw) if len(raw) else None
+
+
 class EngineDeadError(Exception):
     """The engine reported that its core loop died (``ENGINE_CORE_DEAD``)."""
 
@@ -132,6 +156,7 @@ class EngineDeadError(Exception):
 
 _encoder = msgspec.msgpack.Encoder()
 _outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs, ext_hook=ext_hook)
+_step_decoder = msgspec.msgpack.Decoder(StepOutputs, ext_hook=ext_hook)
 
 
 def check_prompt(prompt_token_ids: Sequence[int], limits: ModelLimits) -> None:
@@ -208,15 +233,25 @@ def encode_utility(call_id: int, method: str, args: Sequence[Any] = (),
 
 
 def is_engine_dead(frames: Sequence[Any]) -> bool:
-    return len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD
+    return (len(frames) == 1 and len(frames[0]) == len(ENGINE_CORE_DEAD)
+            and bytes(frames[0]) == ENGINE_CORE_DEAD)
 
 
 def decode_outputs(frames: Sequence[Any]) -> EngineCoreOutputs:
     """One message from the output socket; raises EngineDeadError on the sentinel."""
+    return _decode(_outputs_decoder, frames)
+
+
+def decode_step(frames: Sequence[Any]) -> StepOutputs:
+    """:func:`decode_outputs` for the frontend: scheduler stats left raw."""
+    return _decode(_step_decoder, frames)
+
+
+def _decode(decoder: msgspec.msgpack.Decoder, frames: Sequence[Any]):
     if is_engine_dead(frames):
         raise EngineDeadError("engine core reported ENGINE_CORE_DEAD")
     try:
-        outs = _outputs_decoder.decode(frames[0])
+        outs = decoder.decode(frames[0])
     except msgspec.DecodeError as e:
         raise ProtocolError(f"undecodable engine output: {e}") from e
     if len(frames) > 1:
