@@ -108,9 +108,6 @@ class Server:
             return name
         raise not_found_model(name, self.model.served_names)
 
-    def admit(self, group: Group) -> None:
-        """Admission control hook (a no-op unless limits are configured)."""
-
     def raise_if_failed(self, group: Group) -> None:
         if group.error is not None:
             raise ApiError(group.error.message, group.error.status, group.error.err_type)

@@ -22,6 +22,7 @@ from frontend import chat_template
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai.common import (
+    serve_group,
     LOGPROB_FLOOR,
     StreamOptions,
     decode_body,
@@ -422,21 +423,9 @@ async def create_chat_completion(server: "Server", request: web.Request) -> web.
     for j in range(params.n):
         server.table.add_choice(group, index=j, prompt_index=0, prompt_token_ids=prompt_ids,
                                 params=child_params(params, j))
-    server.admit(group)
-    try:
-        try:
-            server.table.submit(group, priority=req.priority, cache_salt=req.cache_salt)
-        except ValidationError as e:
-            raise from_validation(e) from e
-        view = ChatView(server, req, group, served, rendered, add_generation_prompt)
-        if req.stream:
-            return await view.stream(request)
-        await group.wait_done()
-        server.raise_if_failed(group)
-        return web.Response(body=server.json(view.full_response()),
-                            content_type="application/json")
-    finally:
-        server.table.release(group)
+    view = ChatView(server, req, group, served, rendered, add_generation_prompt)
+    return await serve_group(server, request, group, view, priority=req.priority,
+                             cache_salt=req.cache_salt)
 
 
 # ---------------------------------------------------------------------------- responses

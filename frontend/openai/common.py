@@ -1,4 +1,5 @@
-"""Pieces shared by the OpenAI-style routes: body decoding, ids, usage, logprobs JSON."""
+"""Pieces shared by the OpenAI-style routes: body decoding, ids, usage, logprobs JSON,
+and running a request's group."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import msgspec
 from aiohttp import web
 
 from frontend.errors import ApiError, from_msgspec, from_validation, schema_error
+from frontend.fanout import Group
 from frontend.text import Position
 from protocol.errors import ValidationError
 
 if TYPE_CHECKING:
     from frontend.model import ModelInfo
+    from frontend.server import Server
 
 T = TypeVar("T")
 
@@ -153,3 +156,23 @@ def ensure_list_of_ints(value: object, param: str) -> list[int]:
             isinstance(v, int) and not isinstance(v, bool) for v in value):
         raise schema_error(f"{param} must be a list of integers", f"body.{param}")
     return value
+
+
+async def serve_group(server: "Server", request: web.Request, group: Group, view,
+                      *, priority: int, cache_salt: str | None) -> web.StreamResponse:
+    """Send the group's engine requests, then stream them or answer once all are
+    done. Whatever happens, the group is released: unfinished engine requests
+    are aborted (client gone, error) and its table entries freed."""
+    try:
+        try:
+            server.table.submit(group, priority=priority, cache_salt=cache_salt)
+        except ValidationError as e:
+            raise from_validation(e) from e
+        if group.stream:
+            return await view.stream(request)
+        await group.wait_done()
+        server.raise_if_failed(group)
+        return web.Response(body=server.json(view.full_response()),
+                            content_type="application/json")
+    finally:
+        server.table.release(group)

@@ -16,6 +16,7 @@ from aiohttp import web
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai.common import (
+    serve_group,
     StreamOptions,
     completion_logprobs,
     decode_body,
@@ -228,21 +229,9 @@ async def create_completion(server: "Server", request: web.Request) -> web.Strea
         for j in range(req.n):
             server.table.add_choice(group, index=p_idx * req.n + j, prompt_index=p_idx,
                                     prompt_token_ids=ids, params=child_params(params, j))
-    server.admit(group)
-    try:
-        try:
-            server.table.submit(group, priority=req.priority, cache_salt=req.cache_salt)
-        except ValidationError as e:
-            raise from_validation(e) from e
-        view = CompletionView(server, req, group, served, rendered)
-        if req.stream:
-            return await view.stream(request)
-        await group.wait_done()
-        server.raise_if_failed(group)
-        return web.Response(body=server.json(view.full_response()),
-                            content_type="application/json")
-    finally:
-        server.table.release(group)
+    view = CompletionView(server, req, group, served, rendered)
+    return await serve_group(server, request, group, view, priority=req.priority,
+                             cache_salt=req.cache_salt)
 
 
 class CompletionView:

@@ -16,6 +16,7 @@ from aiohttp import web
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai.common import (
+    serve_group,
     LOGPROB_FLOOR,
     StreamOptions,
     decode_body,
@@ -170,21 +171,9 @@ async def create_generate(server: "Server", request: web.Request) -> web.StreamR
     for j in range(params.n):
         server.table.add_choice(group, index=j, prompt_index=0,
                                 prompt_token_ids=req.token_ids, params=child_params(params, j))
-    server.admit(group)
-    try:
-        try:
-            server.table.submit(group, priority=req.priority, cache_salt=req.cache_salt)
-        except ValidationError as e:
-            raise from_validation(e) from e
-        view = GenerateView(server, req, group, served)
-        if req.stream:
-            return await view.stream(request)
-        await group.wait_done()
-        server.raise_if_failed(group)
-        return web.Response(body=server.json(view.full_response()),
-                            content_type="application/json")
-    finally:
-        server.table.release(group)
+    view = GenerateView(server, req, group, served)
+    return await serve_group(server, request, group, view, priority=req.priority,
+                             cache_salt=req.cache_salt)
 
 
 def tokens_logprobs(token_ids: list[int], positions: list[Position], num_top: int) -> dict:
