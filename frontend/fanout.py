@@ -66,6 +66,19 @@ class Delta:
         self.finish_reason = finish_reason
         self.stop_reason = stop_reason
 
+    def merge(self, text: str, token_ids: list[int], logprobs: list[Position] | None,
+              finish_reason: str | None, stop_reason: int | str | None) -> None:
+        """Add a later step of the same choice that is still waiting for the
+        client: when the engine runs ahead (several steps read in one wake-up,
+        or a client that lags) they go out as one chunk, as vLLM's output
+        collector merges them."""
+        self.text += text
+        self.token_ids = self.token_ids + token_ids  # new lists: the inputs are not ours
+        if logprobs is not None:
+            self.logprobs = self.logprobs + logprobs
+        self.finish_reason = finish_reason
+        self.stop_reason = stop_reason
+
 
 class Choice:
     """One engine request: a (prompt, sample) pair of a client request."""
@@ -74,7 +87,7 @@ class Choice:
                  "params", "detok", "logprobs", "finish_reason", "stop_reason",
                  "finished", "num_cached_tokens",
                  "weight_version", "weight_starts", "sent_tokens", "held_ids",
-                 "held_positions")
+                 "held_positions", "open_delta")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
                  prompt_token_ids: list[int], params: SamplingParams,
@@ -99,6 +112,8 @@ class Choice:
         self.sent_tokens = 0
         self.held_ids: list[int] = []
         self.held_positions: list[Position] = []
+        # Its delta still waiting in group.pending: later steps merge into it.
+        self.open_delta: Delta | None = None
 
     @property
     def token_ids(self) -> list[int]:
@@ -166,6 +181,8 @@ class Group:
 
     def take(self) -> list[Delta]:
         pending, self.pending = self.pending, []
+        for delta in pending:
+            delta.choice.open_delta = None
         return pending
 
 
@@ -331,8 +348,14 @@ class Table:
                 choice.sent_tokens = len(choice.detok.token_ids)
             text = choice.detok.next_text(finished)
             if text or new_ids or finished:
-                group.pending.append(Delta(choice, text, new_ids, new_positions,
-                                           choice.finish_reason, stop_reason if finished else None))
+                stop_reason = stop_reason if finished else None
+                delta = choice.open_delta
+                if delta is None or (delta.logprobs is None) != (new_positions is None):
+                    delta = choice.open_delta = Delta(choice, text, new_ids, new_positions,
+                                                      choice.finish_reason, stop_reason)
+                    group.pending.append(delta)
+                else:
+                    delta.merge(text, new_ids, new_positions, choice.finish_reason, stop_reason)
 
     @staticmethod
     def _apply_logprobs(state: LogprobsState, out: wire.EngineCoreOutput,

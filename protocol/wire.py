@@ -239,17 +239,18 @@ def is_engine_dead(frames: Sequence[Any]) -> bool:
 
 def decode_outputs(frames: Sequence[Any]) -> EngineCoreOutputs:
     """One message from the output socket; raises EngineDeadError on the sentinel."""
+    if is_engine_dead(frames):
+        raise EngineDeadError("engine core reported ENGINE_CORE_DEAD")
     return _decode(_outputs_decoder, frames)
 
 
 def decode_step(frames: Sequence[Any]) -> StepOutputs:
-    """:func:`decode_outputs` for the frontend: scheduler stats left raw."""
+    """:func:`decode_outputs` for the frontend's reader, which has checked for
+    the ENGINE_CORE_DEAD sentinel already: scheduler stats are left raw."""
     return _decode(_step_decoder, frames)
 
 
 def _decode(decoder: msgspec.msgpack.Decoder, frames: Sequence[Any]):
-    if is_engine_dead(frames):
-        raise EngineDeadError("engine core reported ENGINE_CORE_DEAD")
     try:
         outs = decoder.decode(frames[0])
     except msgspec.DecodeError as e:

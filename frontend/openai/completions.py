@@ -310,6 +310,11 @@ class CompletionView:
 
     # ------------------------------------------------------------ streaming
     async def stream(self, request: web.Request) -> web.StreamResponse:
+        self.start_stream()
+        return await stream_group(request, self.group, self._render, self._closing)
+
+    def start_stream(self) -> None:
+        """Per-stream state and the byte prefix every chunk shares."""
         group, server = self.group, self.server
         self.include_usage, self.continuous = stream_usage_flags(
             self.req.stream_options, server.force_include_usage)
@@ -324,7 +329,6 @@ class CompletionView:
         # Most chunks carry text only: those skip building a dict.
         self.plain = (self.req.logprobs is None and not self.req.return_token_ids
                       and not self.continuous)
-        return await stream_group(request, group, self._render, self._closing)
 
     def _render(self, deltas: list[Delta]) -> bytes:
         return b"".join([self._chunk(d) for d in deltas])

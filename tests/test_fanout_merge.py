@@ -1,0 +1,98 @@
+"""Steps of one choice read in the same wake-up go to the client as one delta.
+
+When the engine runs ahead of the frontend (or a client lags), the fan-out
+table merges a choice's steps that are still waiting into one delta, as vLLM's
+output collector does; the text, token ids and logprobs must be exactly those
+of the separate steps. In process: the shipped Table, detokenizer and view.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from frontend.fanout import Group, Table
+from frontend.model import load_model_info
+from frontend.openai.completions import CompletionRequest, CompletionView
+from frontend.openai.sampling import build_sampling_params
+from protocol import wire
+from protocol.arrays import make_array
+from protocol.sampling import ModelLimits
+from tools.bench import hot_path
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    return load_model_info(str(tiny_model_dir), served_names=["tiny"])
+
+
+def streaming_choice(model, **fields):
+    table = Table(hot_path.NullEngine(), model,
+                  lambda: ModelLimits(vocab_size=model.vocab_size, max_model_len=1024))
+    req = CompletionRequest(model="tiny", prompt="Hello", max_tokens=16, stream=True, **fields)
+    ids = model.encode("Hello")
+    group = Group("cmpl-merge", stream=True)
+    params = build_sampling_params(model, msgspec.structs.asdict(req), max_tokens=16,
+                                   stream=True)
+    choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
+                              params=params)
+    table.submit(group)
+    return table, group, choice, req, ids
+
+
+def step(engine_id, token, finish=None, logprob=None):
+    out = wire.EngineCoreOutput(engine_id, [token], finish_reason=finish)
+    if logprob is not None:  # sampled token only (logprobs=0): width 1
+        aux: list[bytes] = [b""]
+        out.new_logprobs = wire.LogprobsLists(make_array([token], [1, 1], "i", aux),
+                                              make_array([logprob], [1, 1], "f", aux),
+                                              make_array([1], [1], "q", aux))
+    return wire.decode_step(wire.encode_outputs(wire.EngineCoreOutputs(outputs=[out])))
+
+
+def tokens_of(model, text):
+    return model.encode(text, add_special_tokens=False)
+
+
+def test_steps_in_one_wakeup_become_one_delta(model):
+    table, group, choice, _, _ = streaming_choice(model)
+    toks = tokens_of(model, " the river and the ocean")
+    assert len(toks) >= 4
+    table.on_outputs([step(choice.engine_id, t) for t in toks[:3]])
+    [delta] = group.take()
+    assert delta.token_ids == toks[:3]
+    assert delta.text == model.decode(toks[:3])
+    assert delta.finish_reason is None and choice.open_delta is None
+    # After the client took it, the next step starts a new delta.
+    table.on_outputs([step(choice.engine_id, toks[3], finish=wire.FinishReason.LENGTH)])
+    [last] = group.take()
+    assert last.token_ids == toks[3:4] and last.finish_reason == "length"
+    assert delta.text + last.text == model.decode(toks[:4])
+    assert not table.entries
+
+
+def test_merged_delta_keeps_finish_and_logprobs(model):
+    table, group, choice, req, ids = streaming_choice(model, logprobs=0)
+    toks = tokens_of(model, " green mountain valley")
+    lps = [-0.5 * (i + 1) for i in range(len(toks))]
+    table.on_outputs([step(choice.engine_id, t, logprob=lp, finish=(
+        wire.FinishReason.LENGTH if i == len(toks) - 1 else None))
+        for i, (t, lp) in enumerate(zip(toks, lps))])
+    [delta] = group.take()
+    assert delta.token_ids == toks and delta.finish_reason == "length"
+    assert [pos[t][0] for pos, t in zip(delta.logprobs, toks)] == pytest.approx(lps)
+    # The chunk a client gets: one event, whose logprobs cover every token.
+    view = CompletionView(hot_path.StubServer(model), req, group, "tiny", [(ids, "Hello")])
+    view.start_stream()
+    chunk = msgspec.json.decode(view._render([delta])[len(b"data: "):])
+    [c] = chunk["choices"]
+    assert c["text"] == model.decode(toks) and c["finish_reason"] == "length"
+    assert c["logprobs"]["token_logprobs"] == pytest.approx(lps)
+    assert len(c["logprobs"]["tokens"]) == len(toks)
+
+
+def test_hot_path_benchmark_runs(tiny_model_dir, capsys):
+    hot_path.main(["--model", str(tiny_model_dir), "--streams", "8", "--tokens", "16",
+                   "--ahead-outputs", "2", "--ahead-messages", "8", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "batched" in out and "ahead" in out

@@ -1,0 +1,170 @@
+"""The output hot path alone: engine message bytes -> SSE chunk bytes, in process.
+
+Usage::
+
+    .venv/bin/python -m tools.bench.hot_path [--streams 256] [--tokens 128] [--repeats 5]
+
+No sockets, no HTTP, no engine: ``--streams`` streaming /v1/completions groups
+(the shipped Table, detokenizer, metrics observer and CompletionView) are fed
+pre-encoded engine messages, and the time of ``decode_step`` + ``on_outputs``
+(what the engine reader does per wake-up) is reported per output token, best
+of ``--repeats``. Deterministic, so it can compare two versions of the code
+where the end-to-end benchmark (tools/bench/run.py) is too noisy to.
+
+Two shapes of engine traffic:
+
+* ``batched``: every message holds one token of every stream, one message per
+  wake-up (a real engine at a few ms per step, with a frontend that keeps up);
+* ``ahead``: ``--ahead-outputs`` streams running at a time, ``--ahead-messages``
+  messages per wake-up (a step-time-0 mock engine running far ahead of a
+  saturated frontend, whose requests mostly wait in the frontend and the
+  client: what the side-by-side benchmark's mock points measure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from frontend.fanout import Group, Table  # noqa: E402
+from frontend.metrics import EngineMetrics  # noqa: E402
+from frontend.model import load_model_info  # noqa: E402
+from frontend.openai.completions import CompletionRequest, CompletionView  # noqa: E402
+from frontend.openai.sampling import build_sampling_params  # noqa: E402
+from protocol import wire  # noqa: E402
+from protocol.sampling import ModelLimits  # noqa: E402
+from tools.bench.prompts import make_prompts  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEDULER_STATS = {  # the shape the engine sends on every step
+    "num_running_reqs": 256, "num_waiting_reqs": 0, "num_skipped_waiting_reqs": 0,
+    "num_kv_fetch_reqs_by_stage": {}, "step_counter": 0, "current_wave": 0,
+    "kv_cache_usage": 0.25, "iteration_details": None,
+    "prefix_cache_stats": {"reset": False, "requests": 0, "queries": 0, "hits": 0,
+                           "preempted_requests": 0, "preempted_queries": 0,
+                           "preempted_hits": 0},
+    "connector_prefix_cache_stats": None, "kv_cache_eviction_events": [],
+    "spec_decoding_stats": None, "kv_connector_stats": None, "ec_connector_stats": None,
+    "waiting_lora_adapters": {}, "running_lora_adapters": {}, "cudagraph_stats": None,
+    "perf_stats": None,
+}
+
+
+class NullEngine:
+    def send_add(self, frame: list[bytes]) -> None:
+        pass
+
+    def abort(self, ids: list[str]) -> None:
+        pass
+
+
+class StubServer:
+    """What CompletionView reads from the server."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self._json = msgspec.json.Encoder()
+        self.system_fingerprint = "vllm-0.32.0-hotpath"
+        self.force_include_usage = False
+
+    def json(self, value: object) -> bytes:
+        return self._json.encode(value)
+
+
+def setup(model, prompts: list[str], streams: int, max_tokens: int):
+    table = Table(NullEngine(), model,
+                  lambda: ModelLimits(vocab_size=model.vocab_size, max_model_len=4096),
+                  observer=EngineMetrics())
+    server = StubServer(model)
+    sent = [0]
+
+    def sink(view):
+        def push(deltas):
+            sent[0] += len(view._render(deltas))
+            return 0, False
+        return push
+
+    ids_by_group = []
+    for i in range(streams):
+        req = CompletionRequest(model="tiny", prompt=prompts[i % len(prompts)],
+                                max_tokens=max_tokens, temperature=0.0, stream=True,
+                                ignore_eos=True)
+        ids = model.encode(req.prompt)
+        group = Group(f"cmpl-{i}", stream=True)
+        params = build_sampling_params(model, msgspec.structs.asdict(req),
+                                       max_tokens=max_tokens, stream=True)
+        choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
+                                  params=params)
+        table.submit(group)
+        view = CompletionView(server, req, group, "tiny", [(ids, req.prompt)])
+        view.start_stream()
+        group.sink = sink(view)
+        ids_by_group.append((choice.engine_id, ids))
+    return table, ids_by_group, sent
+
+
+def messages(ids_by_group, max_tokens: int, per_message: int) -> list[list[bytes]]:
+    """Every stream's ``max_tokens`` outputs (its own prompt's tokens, cycled, so
+    the text is real). Streams run in cohorts of ``per_message``: one message
+    per step of a cohort, as an engine with that many requests running sends."""
+    frames = []
+    for c in range(0, len(ids_by_group), per_message):
+        cohort = [(eid, itertools.cycle(ids)) for eid, ids in ids_by_group[c:c + per_message]]
+        for step in range(max_tokens):
+            outs = []
+            for eid, toks in cohort:
+                out = wire.EngineCoreOutput(eid, [next(toks)])
+                if step == 0:
+                    out.prefill_stats = {"num_prompt_tokens": 128, "num_cached_tokens": 0}
+                if step == max_tokens - 1:
+                    out.finish_reason = wire.FinishReason.LENGTH
+                outs.append(out)
+            frames.append(wire.encode_outputs(wire.EngineCoreOutputs(
+                outputs=outs, scheduler_stats=SCHEDULER_STATS, timestamp=time.monotonic())))
+    return frames
+
+
+def run_once(model, prompts, args, shape: str) -> tuple[float, int]:
+    table, ids_by_group, sent = setup(model, prompts, args.streams, args.tokens)
+    if shape == "batched":
+        per_message, per_wakeup = args.streams, 1
+    else:
+        per_message, per_wakeup = args.ahead_outputs, args.ahead_messages
+    frames = messages(ids_by_group, args.tokens, per_message)
+    decode, on_outputs = wire.decode_step, table.on_outputs
+    t0 = time.perf_counter()
+    for i in range(0, len(frames), per_wakeup):
+        on_outputs([decode(f) for f in frames[i:i + per_wakeup]])
+    elapsed = time.perf_counter() - t0
+    assert not table.entries, "every stream must have finished"
+    return elapsed / (args.streams * args.tokens), sent[0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", type=Path, default=ROOT / "build" / "tiny")
+    p.add_argument("--streams", type=int, default=256)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--ahead-outputs", type=int, default=6)
+    p.add_argument("--ahead-messages", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=5)
+    args = p.parse_args(argv)
+    model = load_model_info(str(args.model), served_names=["tiny"])
+    prompts = make_prompts(args.model, 64, 128)
+    for shape in ("batched", "ahead"):
+        results = [run_once(model, prompts, args, shape) for _ in range(args.repeats)]
+        best = min(r[0] for r in results)
+        print(f"{shape:8s} {best * 1e6:6.2f} us per output token "
+              f"(best of {args.repeats}; {results[0][1] / (args.streams * args.tokens):.0f} "
+              f"SSE bytes per token)")
+
+
+if __name__ == "__main__":
+    main()
