@@ -54,7 +54,8 @@ class RequestFailed(Exception):
 class Delta:
     """What one engine step added to one choice (streaming only)."""
 
-    __slots__ = ("choice", "text", "token_ids", "logprobs", "finish_reason", "stop_reason")
+    __slots__ = ("choice", "text", "token_ids", "logprobs", "finish_reason", "stop_reason",
+                 "_texts")
 
     def __init__(self, choice: "Choice", text: str, token_ids: list[int],
                  logprobs: list[Position] | None, finish_reason: str | None,
@@ -65,6 +66,7 @@ class Delta:
         self.logprobs = logprobs
         self.finish_reason = finish_reason
         self.stop_reason = stop_reason
+        self._texts: list[str] | None = None  # pieces of merged steps, joined on take
 
     def merge(self, text: str, token_ids: list[int], logprobs: list[Position] | None,
               finish_reason: str | None, stop_reason: int | str | None) -> None:
@@ -72,12 +74,25 @@ class Delta:
         client: when the engine runs ahead (several steps read in one wake-up,
         or a client that lags) they go out as one chunk, as vLLM's output
         collector merges them."""
-        self.text += text
-        self.token_ids = self.token_ids + token_ids  # new lists: the inputs are not ours
+        if self._texts is None:
+            self._texts = [self.text]
+            # Copies: the first step's lists belong to the engine message.
+            self.token_ids = list(self.token_ids)
+            if self.logprobs is not None:
+                self.logprobs = list(self.logprobs)
+        self._texts.append(text)
+        self.token_ids += token_ids
         if logprobs is not None:
-            self.logprobs = self.logprobs + logprobs
+            self.logprobs += logprobs
         self.finish_reason = finish_reason
         self.stop_reason = stop_reason
+
+    def close(self) -> None:
+        """No more merging: the client takes it now."""
+        self.choice.open_delta = None
+        if self._texts is not None:
+            self.text = "".join(self._texts)
+            self._texts = None
 
 
 class Choice:
@@ -182,7 +197,7 @@ class Group:
     def take(self) -> list[Delta]:
         pending, self.pending = self.pending, []
         for delta in pending:
-            delta.choice.open_delta = None
+            delta.close()
         return pending
 
 
