@@ -70,10 +70,10 @@ class Delta:
 
     def merge(self, text: str, token_ids: list[int], logprobs: list[Position] | None,
               finish_reason: str | None, stop_reason: int | str | None) -> None:
-        """Add a later step of the same choice that is still waiting for the
-        client: when the engine runs ahead (several steps read in one wake-up,
-        or a client that lags) they go out as one chunk, as vLLM's output
-        collector merges them."""
+        """Add a later step of the same choice while this one still waits to
+        be sent: when the engine runs ahead (several steps read in one
+        wake-up, or steps that came before the handler started the stream)
+        they go out as one chunk, as vLLM's output collector merges them."""
         if self._texts is None:
             self._texts = [self.text]
             # Copies: the first step's lists belong to the engine message.

@@ -1,9 +1,9 @@
 """Steps of one choice read in the same wake-up go to the client as one delta.
 
-When the engine runs ahead of the frontend (or a client lags), the fan-out
-table merges a choice's steps that are still waiting into one delta, as vLLM's
-output collector does; the text, token ids and logprobs must be exactly those
-of the separate steps. In process: the shipped Table, detokenizer and view.
+When the engine runs ahead of the frontend, the fan-out table merges a
+choice's steps that are still waiting into one delta, as vLLM's output
+collector does; the text, token ids and logprobs must be exactly those of the
+separate steps. In process: the shipped Table, detokenizer and view.
 """
 
 from __future__ import annotations
