@@ -420,6 +420,7 @@ class Table:
         # at once instead of waiting for a (deliberately rare) full collection.
         for c in group.choices:
             c.group = None
+
     def _fail_slow_consumer(self, group: Group) -> None:
         self._fail_group(group, RequestFailed(
             "the client is not reading its stream; request aborted", 503,

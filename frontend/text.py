@@ -132,12 +132,11 @@ class IncrementalDetokenizer:
     def _append_plain(self, new_token_ids: list[int], stop_terminated: bool) -> None:
         """``update`` without stop strings or special-token spacing: the common
         case, kept lean because it runs for every token of every stream."""
-        stream, tokenizer = self._stream, self._tokenizer
         if len(new_token_ids) == 1 and not stop_terminated:  # one token per step
             token_id = new_token_ids[0]
             self.token_ids.append(token_id)
-            try:
-                piece = stream.step(tokenizer, token_id)
+            try:  # _step, inlined
+                piece = self._stream.step(self._tokenizer, token_id)
             except Exception as e:
                 piece = self._recover(e, token_id)
             if piece:
@@ -147,18 +146,10 @@ class IncrementalDetokenizer:
             decoded = new_token_ids[:-1]
         else:
             decoded = new_token_ids
-        pieces = []
-        for token_id in decoded:
-            try:
-                piece = stream.step(tokenizer, token_id)
-            except Exception as e:
-                piece = self._recover(e, token_id)
-                stream = self._stream
-            if piece:
-                pieces.append(piece)
         self.token_ids += new_token_ids
+        pieces = [piece for piece in map(self._step, decoded) if piece]
         if pieces:
-            self.output_text += pieces[0] if len(pieces) == 1 else "".join(pieces)
+            self.output_text += "".join(pieces)
 
     def next_text(self, finished: bool) -> str:
         """New text since the last call, holding back a possible partial stop string."""

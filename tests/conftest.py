@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.support.real_engine",
     "tests.support.frontend",
     "tests.support.vllm_frontend",
+    "tests.support.ops",
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -15,10 +16,9 @@ import pytest
 
 from frontend.systemd import Notifier, watchdog_usec
 from tests.support.frontend import SERVED_NAME
-from tests.support.ops import (  # noqa: F401  (fixture)
+from tests.support.ops import (
     read_stream,
     run,
-    start_ops_stack,
     stream_tokens,
 )
 
@@ -64,7 +64,6 @@ def test_sigterm_drains_running_stream_then_exits_0(start_ops_stack):
     assert late_close == "close"
     assert rest[-1] == "[DONE]"
     assert not any(isinstance(e, dict) and "error" in e for e in rest)
-    import json
     events = [json.loads(first[len(b"data: "):])] + rest
     assert stream_tokens(events) == 40
     assert events[-2]["choices"][0]["finish_reason"] == "length"

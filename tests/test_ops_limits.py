@@ -12,13 +12,12 @@ import pytest
 
 from frontend.limits import count_choices
 from tests.support.frontend import SERVED_NAME
-from tests.support.ops import (  # noqa: F401  (fixture)
+from tests.support.ops import (
     metric,
     parse_metrics,
     post_json,
     read_stream,
     run,
-    start_ops_stack,
     stream_tokens,
 )
 

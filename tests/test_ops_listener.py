@@ -12,10 +12,9 @@ import aiohttp
 import pytest
 
 from tests.support.frontend import SERVED_NAME
-from tests.support.ops import (  # noqa: F401  (fixture)
+from tests.support.ops import (
     read_stream,
     run,
-    start_ops_stack,
     tls_client_context,
 )
 

@@ -10,7 +10,6 @@ import re
 import pytest
 
 from frontend import logs
-from tests.support.ops import start_ops_stack  # noqa: F401  (fixture)
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 

@@ -9,13 +9,12 @@ import aiohttp
 import pytest
 
 from tests.support.frontend import SERVED_NAME
-from tests.support.ops import (  # noqa: F401  (fixture)
+from tests.support.ops import (
     metric,
     parse_metrics,
     post_json,
     read_stream,
     run,
-    start_ops_stack,
 )
 
 VLLM = {"model_name": SERVED_NAME, "engine": "0"}

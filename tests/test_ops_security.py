@@ -10,12 +10,11 @@ import pytest
 
 from frontend.security import ApiKeys, Cors
 from tests.support.frontend import SERVED_NAME
-from tests.support.ops import (  # noqa: F401  (fixture)
+from tests.support.ops import (
     metric,
     parse_metrics,
     read_stream,
     run,
-    start_ops_stack,
 )
 
 KEY1 = "sk-test-key-one-4f1c2b"

@@ -16,12 +16,12 @@ from aiohttp import web
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai.common import (
-    serve_group,
     LOGPROB_FLOOR,
     StreamOptions,
     decode_body,
     prompt_logprobs_json,
     request_id_for,
+    serve_group,
     stream_usage_flags,
     usage_dict,
     validate_cache_salt,

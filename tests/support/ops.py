@@ -5,7 +5,7 @@ need: an environment for the frontend (``NOTIFY_SOCKET``, ``VLLM_API_KEY``),
 the engine started later than the frontend, and readiness checks for
 listeners that are not plain HTTP on a port (TLS, Unix socket).
 
-Test modules import the fixture: ``from tests.support.ops import start_ops_stack``.
+A pytest plugin (``tests/conftest.py``): test modules use the fixture by name.
 """
 
 from __future__ import annotations
