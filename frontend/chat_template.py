@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import pathlib
-import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -602,39 +601,8 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-# id(model) -> (model, its template); the model is kept so that its id stays unique.
-_cache: dict[int, tuple["ModelInfo", ChatTemplate | None]] = {}
-_cache_lock = threading.Lock()
-
-
-def for_model(model: "ModelInfo") -> ChatTemplate:
-    """The model's compiled template (compiled once); ChatTemplateError if it has none."""
-    entry = _cache.get(id(model))
-    if entry is None or entry[0] is not model:
-        with _cache_lock:
-            entry = _cache.get(id(model))
-            if entry is None or entry[0] is not model:
-                entry = (model, _build(model))
-                _cache[id(model)] = entry
-    template = entry[1]
-    if template is None:
-        raise ChatTemplateError(NO_TEMPLATE_MESSAGE)
-    return template
-
-
-def prepare(model: "ModelInfo") -> None:
-    """Compile the model's template at start-up (~50 ms) and say what chat will do."""
-    try:
-        template = for_model(model)
-    except ChatTemplateError:
-        log.warning("the model has no chat template: /v1/chat/completions will answer 400 "
-                    "(start the frontend with --chat-template FILE to serve chat)")
-        return
-    log.info("chat template: %d characters, %s content format", len(template.source),
-             template.content_format)
-
-
-def _build(model: "ModelInfo") -> ChatTemplate | None:
+def build(model: "ModelInfo") -> ChatTemplate | None:
+    """The model's compiled template (~50 ms), None if it has none."""
     if not model.chat_template:
         return None
     fallback = {}

@@ -9,10 +9,11 @@ import re
 import sys
 import tempfile
 
-from frontend import logs, ops
 from frontend.engine_client import derive_addresses
 from frontend.model import load_model_info
+from frontend.ops import flags, logs
 from frontend.server import Server, ServerConfig
+from frontend.state import ServingConfig
 
 log = logging.getLogger("frontend")
 
@@ -60,16 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-debug-endpoints", action="store_true",
                    help="serve GET /debug/state (table size, engine has_work)")
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
-    ops.add_arguments(p)
+    flags.add_arguments(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    ops_config = ops.config_from_args(args)
+    ops_config = flags.config_from_args(args)
     logs.setup(args.log_level, args.log_format, secrets=ops_config.api_keys)
     try:
-        ops.validate(ops_config)
+        flags.validate(ops_config)
         addresses = derive_addresses(args.engine_addr, args.engine_input_addr,
                                      args.engine_output_addr)
         model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
@@ -85,10 +86,12 @@ def main(argv: list[str] | None = None) -> int:
                                   f"vllm-frontend-{safe}.state")
     config = ServerConfig(
         host=args.host, port=args.port, engine_ready_timeout=args.engine_ready_timeout,
-        max_logprobs=args.max_logprobs, force_include_usage=args.enable_force_include_usage,
-        max_stream_buffer=args.max_stream_buffer, shutdown_timeout=args.shutdown_timeout,
-        enable_debug_endpoints=args.enable_debug_endpoints,
-        engine_state_file=state_file or None, max_request_body=args.max_request_body_size,
+        shutdown_timeout=args.shutdown_timeout, engine_state_file=state_file or None,
+        max_request_body=args.max_request_body_size,
+        serving=ServingConfig(max_logprobs=args.max_logprobs,
+                              force_include_usage=args.enable_force_include_usage,
+                              max_stream_buffer=args.max_stream_buffer,
+                              enable_debug_endpoints=args.enable_debug_endpoints),
         ops=ops_config)
     import uvloop
     return uvloop.run(_run(Server(model, addresses, config)))

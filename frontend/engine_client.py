@@ -38,8 +38,8 @@ MAX_MESSAGES_PER_WAKEUP = 64
 DISCONNECT_GRACE_S = 1.0
 
 
-class EngineDeadError(Exception):
-    """The engine is gone; requests in flight cannot complete."""
+class EngineUnavailableError(Exception):
+    """Nothing can be sent: no engine is attached (not yet, or it died)."""
 
 
 @dataclass(frozen=True)
@@ -335,7 +335,7 @@ class EngineClient:
             try:
                 self._send(wire.encode_abort(ids))
                 self.num_aborts_sent += len(ids)
-            except EngineDeadError:
+            except EngineUnavailableError:
                 pass
 
     async def call_utility(self, method: str, *args: Any, timeout: float = 10.0) -> Any:
@@ -351,13 +351,13 @@ class EngineClient:
 
     def _send(self, frames: list[bytes]) -> None:
         if not self.alive:
-            raise EngineDeadError(self.death_reason or "no engine attached")
+            raise EngineUnavailableError(self.death_reason or "no engine attached")
         try:
             self._input.send_multipart([ENGINE_IDENTITY, *frames], zmq.NOBLOCK, copy=False)
         except zmq.ZMQError as e:
             # EHOSTUNREACH: the engine's input DEALER is gone (ROUTER_MANDATORY).
             self._declare_dead(f"cannot send to the engine: {e}")
-            raise EngineDeadError(self.death_reason) from e
+            raise EngineUnavailableError(self.death_reason) from e
 
     # ------------------------------------------------------------ receiving
     def _on_output_readable(self) -> None:
@@ -433,7 +433,7 @@ class EngineClient:
         log.error("engine is dead: %s", reason)
         for fut in self._utility_calls.values():
             if not fut.done():
-                fut.set_exception(EngineDeadError(reason))
+                fut.set_exception(EngineUnavailableError(reason))
         self._on_dead(reason)
 
     # ------------------------------------------------------------ shutdown

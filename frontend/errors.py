@@ -1,17 +1,34 @@
-"""Errors in OpenAI's (and vLLM's) shape: ``{"error": {message, type, param, code}}``."""
+"""Every error a client sees, in OpenAI's (and vLLM's) shape:
+``{"error": {"message", "type", "param", "code"}}``.
+
+One payload builder (:func:`error_payload`) serves the three ways an error
+leaves the frontend: a JSON response (:func:`error_response`, also what the
+error middleware answers), and an SSE ``data:`` event once a stream's 200 is
+out (:func:`sse_error_event`). vLLM writes stream errors with ``json.dumps``
+(a space after each separator); ours are compact JSON, which parses the same.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
+from http import HTTPStatus
+from typing import Awaitable, Callable
 
 import msgspec
+from aiohttp import web
 
 from protocol.errors import ValidationError
+
+log = logging.getLogger("frontend")
 
 _json = msgspec.json.Encoder()
 
 
 class ApiError(Exception):
+    """A request that cannot be served: how to report it over HTTP."""
+
     def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError",
                  param: str | None = None) -> None:
         super().__init__(message)
@@ -21,11 +38,34 @@ class ApiError(Exception):
         self.param = param
 
     def payload(self) -> dict:
-        return {"error": {"message": sanitize(self.message), "type": self.err_type,
-                          "param": self.param, "code": self.status}}
+        return error_payload(self.message, self.err_type, self.param, self.status)
 
     def body(self) -> bytes:
         return _json.encode(self.payload())
+
+
+def error_payload(message: str, err_type: str, param: str | None, code: int) -> dict:
+    return {"error": {"message": sanitize(message), "type": err_type, "param": param,
+                      "code": code}}
+
+
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=error.status, body=error.body(),
+                        content_type="application/json", headers=headers)
+
+
+def sse_error_event(error: ApiError) -> bytes:
+    return b"data: " + error.body() + b"\n\n"
+
+
+def internal_error(reason: str = "Internal server error") -> ApiError:
+    return ApiError(reason, 500, "InternalServerError")
+
+
+def engine_failure(reason: str) -> ApiError:
+    """What every request in flight gets when the engine dies (vLLM's message)."""
+    return internal_error(f"EngineCore encountered an issue. See stack trace (if any) for "
+                          f"the root cause. ({reason})")
 
 
 def from_validation(e: ValidationError) -> ApiError:
@@ -60,6 +100,15 @@ def not_found_model(name: str, valid: list[str]) -> ApiError:
                     404, "NotFoundError", "model")
 
 
+def from_http_exception(e: web.HTTPException) -> ApiError:
+    """aiohttp's own errors (no route: 404, wrong method: 405, body too large: 413) as
+    vLLM's exception handler shapes FastAPI's: the status phrase as message and type."""
+    phrase = HTTPStatus(e.status).phrase
+    if e.status == 413:
+        return ApiError(e.text or "Request body too large", 413, "RequestEntityTooLarge")
+    return ApiError(phrase, e.status, phrase)
+
+
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
 _PATH = re.compile(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+")
 
@@ -67,3 +116,25 @@ _PATH = re.compile(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+")
 def sanitize(message: str) -> str:
     """No memory addresses or file paths in messages sent to clients (as vLLM)."""
     return _PATH.sub("<path>", _ADDRESS.sub(">", message)).strip()
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The innermost middleware: whatever a handler raises becomes an OpenAI error."""
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return error_response(e)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        allow = e.headers.get("Allow")
+        return error_response(from_http_exception(e), {"Allow": allow} if allow else None)
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as e:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return error_response(internal_error(f"Internal server error: {type(e).__name__}"))

@@ -19,14 +19,14 @@ import asyncio
 import logging
 import secrets
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
+from frontend.errors import ApiError, engine_failure, internal_error
+from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
 from protocol import wire
 from protocol.sampling import ModelLimits, SamplingParams
-from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
 
 if TYPE_CHECKING:
-    from frontend.engine_client import EngineClient
     from frontend.model import ModelInfo
 
 log = logging.getLogger("frontend.fanout")
@@ -38,24 +38,33 @@ FINISH_NAMES = wire.FINISH_REASON_NAMES
 RECENTLY_GONE_MAX = 8192
 
 
-class RequestFailed(Exception):
-    """A group cannot complete; ``status`` says how to report it over HTTP."""
+class Engine(Protocol):
+    """What the table needs of the engine link."""
 
-    def __init__(self, message: str, status: int = 500,
-                 err_type: str = "InternalServerError", drop_unsent: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.err_type = err_type
-        # Output still queued for the client is dropped (it is not reading).
-        self.drop_unsent = drop_unsent
+    def send_add(self, frames: list[bytes]) -> None: ...
+
+    def abort(self, request_ids: Sequence[str]) -> None: ...
+
+
+class TableObserver(Protocol):
+    """Told about every request's life, once per engine step at most (metrics)."""
+
+    def on_submit(self, group: "Group") -> None: ...
+
+    def on_step(self, outs: wire.StepOutputs) -> None: ...
+
+    def on_choice_finished(self, choice: "Choice") -> None: ...
+
+    def on_slow_consumer(self, group: "Group") -> None: ...
+
+    def on_release(self, group: "Group") -> None: ...
 
 
 class Delta:
     """What one engine step added to one choice (streaming only)."""
 
     __slots__ = ("choice", "text", "token_ids", "logprobs", "finish_reason", "stop_reason",
-                 "_texts")
+                 "queued", "_texts")
 
     def __init__(self, choice: "Choice", text: str, token_ids: list[int],
                  logprobs: list[Position] | None, finish_reason: str | None,
@@ -66,6 +75,7 @@ class Delta:
         self.logprobs = logprobs
         self.finish_reason = finish_reason
         self.stop_reason = stop_reason
+        self.queued = False  # in its group's pending list (else held back)
         self._texts: list[str] | None = None  # pieces of merged steps, joined on take
 
     def merge(self, text: str, token_ids: list[int], logprobs: list[Position] | None,
@@ -73,7 +83,8 @@ class Delta:
         """Add a later step of the same choice while this one still waits to
         be sent: when the engine runs ahead (several steps read in one
         wake-up, or steps that came before the handler started the stream)
-        they go out as one chunk, as vLLM's output collector merges them."""
+        they go out as one chunk, as vLLM's output collector merges them;
+        with ``stream_interval`` the steps in between are held here too."""
         if self._texts is None:
             self._texts = [self.text]
             # Copies: the first step's lists belong to the engine message.
@@ -89,7 +100,8 @@ class Delta:
 
     def close(self) -> None:
         """No more merging: the client takes it now."""
-        self.choice.open_delta = None
+        if self.choice.open_delta is self:
+            self.choice.open_delta = None
         if self._texts is not None:
             self.text = "".join(self._texts)
             self._texts = None
@@ -101,8 +113,7 @@ class Choice:
     __slots__ = ("group", "index", "prompt_index", "engine_id", "prompt_token_ids",
                  "params", "detok", "logprobs", "finish_reason", "stop_reason",
                  "finished", "num_cached_tokens",
-                 "weight_version", "weight_starts", "sent_tokens", "held_ids",
-                 "held_positions", "open_delta")
+                 "weight_version", "weight_starts", "sent_tokens", "open_delta")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
                  prompt_token_ids: list[int], params: SamplingParams,
@@ -122,12 +133,10 @@ class Choice:
         # Where each weight version took over: (version, first output position).
         self.weight_version: str | None = None
         self.weight_starts: list[tuple[str, int]] = []
-        # Streaming with stream_interval > 1: tokens sent so far, and the steps
-        # held back since (sent together with the next delta).
+        # Streaming: output tokens queued for the client so far (stream_interval).
         self.sent_tokens = 0
-        self.held_ids: list[int] = []
-        self.held_positions: list[Position] = []
-        # Its delta still waiting in group.pending: later steps merge into it.
+        # Its delta not taken by the client yet (queued or held): later steps
+        # merge into it.
         self.open_delta: Delta | None = None
 
     @property
@@ -159,7 +168,9 @@ class Group:
         self.pending: list[Delta] = []
         self.max_pending = max_pending  # bytes of stream output a slow client may hold up
         self.num_unfinished = 0
-        self.error: RequestFailed | None = None
+        self.error: ApiError | None = None
+        # Failed because the client does not read: what is queued for it is dropped.
+        self.drop_unsent = False
         self.released = False
         # Set by a streaming handler: called with each step's deltas, returns
         # (bytes not yet taken by the client, whether the handler must write).
@@ -204,9 +215,9 @@ class Group:
 class Table:
     """All live engine requests of this frontend."""
 
-    def __init__(self, engine: "EngineClient", model: "ModelInfo",
+    def __init__(self, engine: Engine, model: "ModelInfo",
                  limits: Callable[[], ModelLimits],
-                 observer: Any = None) -> None:
+                 observer: TableObserver | None = None) -> None:
         self.engine = engine
         self.model = model
         self._limits = limits
@@ -215,7 +226,7 @@ class Table:
         # Engine ids this process aborted or saw finish recently: a late output
         # for one of them is expected and must not trigger another ABORT.
         self._recently_gone: dict[str, None] = {}
-        self.observer = observer  # metrics hooks; may be None
+        self.observer = observer
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -273,7 +284,7 @@ class Table:
             try:
                 self.engine.send_add(frame)
             except Exception as e:
-                self._fail_group(group, RequestFailed(f"EngineCore encountered an issue: {e}"))
+                self._fail_group(group, engine_failure(str(e)))
                 raise group.error from e
         if self.observer:
             self.observer.on_submit(group)
@@ -305,7 +316,7 @@ class Table:
                     unsent, queued = sink(group.take())
                 except Exception:  # a formatting bug must not stop the engine reader
                     log.exception("streaming %s failed", group.request_id)
-                    self._fail_group(group, RequestFailed("Internal server error"))
+                    self._fail_group(group, internal_error())
                     continue
                 if unsent > group.max_pending:
                     self._fail_slow_consumer(group)
@@ -321,7 +332,7 @@ class Table:
         if finish == FINISH_ERROR:
             choice.finished = True  # the engine has freed it: never abort it
             del self.entries[choice.engine_id]
-            self._fail_group(group, RequestFailed("Internal server error"))
+            self._fail_group(group, internal_error())
             return
         if out.prefill_stats:  # the first output of a request
             choice.num_cached_tokens = out.prefill_stats.get("num_cached_tokens", 0)
@@ -351,26 +362,39 @@ class Table:
             if self.observer:
                 self.observer.on_choice_finished(choice)
         if group.stream:
-            interval = choice.params.stream_interval or 1
-            if interval > 1:
-                if _hold_for_interval(choice, interval, new_ids, new_positions, finished):
-                    return
-                if choice.held_ids:
-                    new_ids = [*choice.held_ids, *new_ids]
-                    if new_positions is not None:
-                        new_positions = [*choice.held_positions, *new_positions]
-                    choice.held_ids, choice.held_positions = [], []
-                choice.sent_tokens = len(choice.detok.token_ids)
             text = choice.detok.next_text(finished)
             if text or new_ids or finished:
-                stop_reason = stop_reason if finished else None
-                delta = choice.open_delta
-                if delta is None or (delta.logprobs is None) != (new_positions is None):
-                    delta = choice.open_delta = Delta(choice, text, new_ids, new_positions,
-                                                      choice.finish_reason, stop_reason)
-                    group.pending.append(delta)
-                else:
-                    delta.merge(text, new_ids, new_positions, choice.finish_reason, stop_reason)
+                self._stream_step(choice, text, new_ids, new_positions, finished,
+                                  stop_reason if finished else None)
+
+    @staticmethod
+    def _stream_step(choice: Choice, text: str, new_ids: list[int],
+                     new_positions: list[Position] | None, finished: bool,
+                     stop_reason: int | str | None) -> None:
+        """Merge a step into the choice's open delta, or start one; queue it for
+        the client unless ``stream_interval`` holds it back (vLLM's output
+        processor: after the first delta, one every ``interval`` tokens and the
+        last one)."""
+        group = choice.group
+        delta = choice.open_delta
+        if delta is not None and (delta.logprobs is None) == (new_positions is None):
+            delta.merge(text, new_ids, new_positions, choice.finish_reason, stop_reason)
+        else:
+            if delta is not None and not delta.queued:
+                delta.queued = True
+                group.pending.append(delta)
+            delta = choice.open_delta = Delta(choice, text, new_ids, new_positions,
+                                              choice.finish_reason, stop_reason)
+        if delta.queued:
+            return
+        num_tokens = len(choice.detok.token_ids)
+        interval = choice.params.stream_interval or 1
+        if (interval > 1 and not finished and choice.sent_tokens
+                and num_tokens - choice.sent_tokens < interval):
+            return
+        choice.sent_tokens = num_tokens
+        delta.queued = True
+        group.pending.append(delta)
 
     @staticmethod
     def _apply_logprobs(state: LogprobsState, out: wire.EngineCoreOutput,
@@ -411,8 +435,6 @@ class Table:
                       if not c.finished and self.entries.pop(c.engine_id, None) is not None]
         if unfinished:
             self._abort_ids(unfinished)
-            if self.observer:
-                self.observer.on_abort(group, len(unfinished))
         group.num_unfinished = 0
         if self.observer:
             self.observer.on_release(group)
@@ -422,11 +444,14 @@ class Table:
             c.group = None
 
     def _fail_slow_consumer(self, group: Group) -> None:
-        self._fail_group(group, RequestFailed(
+        group.drop_unsent = True
+        self._fail_group(group, ApiError(
             "the client is not reading its stream; request aborted", 503,
-            "ServiceUnavailableError", drop_unsent=True))
+            "ServiceUnavailableError"))
+        if self.observer:
+            self.observer.on_slow_consumer(group)
 
-    def _fail_group(self, group: Group, error: RequestFailed) -> None:
+    def _fail_group(self, group: Group, error: ApiError) -> None:
         """Fail a group and abort its other engine requests (a sibling failed)."""
         if group.error is None:
             group.error = error
@@ -445,9 +470,7 @@ class Table:
         self.entries.clear()
         for group in groups.values():
             if group.error is None:
-                group.error = RequestFailed(
-                    f"EngineCore encountered an issue. See stack trace (if any) for the "
-                    f"root cause. ({reason})")
+                group.error = engine_failure(reason)
             group.num_unfinished = 0
             group.wake()
 
@@ -458,18 +481,4 @@ class Table:
         if self.entries:
             self._abort_ids(list(self.entries))
         self.fail_all(reason)
-
-
-def _hold_for_interval(choice: Choice, interval: int, new_ids: list[int],
-                       new_positions: list[Position] | None, finished: bool) -> bool:
-    """vLLM's ``stream_interval`` (its output processor, RequestState): after the
-    first delta, a choice's deltas go out only every ``interval`` tokens and at
-    its finish; the steps in between are held and merged into the next one."""
-    if finished or not choice.sent_tokens or (
-            len(choice.detok.token_ids) - choice.sent_tokens >= interval):
-        return False
-    choice.held_ids.extend(new_ids)
-    if new_positions:
-        choice.held_positions.extend(new_positions)
-    return True
 

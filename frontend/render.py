@@ -1,28 +1,55 @@
-"""Prompts -> token ids, with vLLM's length and vocabulary checks.
+"""Every prompt -> token ids path, with vLLM's length and vocabulary checks.
 
-Long prompts are tokenized in a worker thread (``tokenizers`` releases the
-GIL) so a 100k-character prompt never stalls the streams on the event loop.
+Text prompts, token prompts and chat conversations (rendered with the model's
+chat template, compiled once here) all go through one truncating encoder and
+one set of checks, for the generation routes and ``/tokenize`` alike. Long
+prompts are rendered and tokenized in a worker thread (``tokenizers`` and
+Jinja release the loop), so a 100k-character prompt never stalls the streams.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from frontend.errors import ApiError, from_validation
+from frontend import chat_template
+from frontend.errors import ApiError, from_validation, schema_error
 from protocol.errors import ValidationError
 
 if TYPE_CHECKING:
     from frontend.model import ModelInfo
 
-OFFLOAD_CHARS = 8192  # total prompt characters above which tokenization leaves the loop
+log = logging.getLogger("frontend.render")
+
+OFFLOAD_CHARS = 8192  # prompt characters above which rendering leaves the event loop
+UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template "
+                      "is not set. Refused request with untrusted chat template.")
+
+T = TypeVar("T")
+
+
+@dataclass
+class RenderedChat:
+    conversation: list[dict[str, Any]]
+    text: str
+    token_ids: list[int]
 
 
 class Renderer:
-    def __init__(self, model: "ModelInfo", max_model_len: int) -> None:
+    def __init__(self, model: "ModelInfo") -> None:
         self.model = model
-        self.max_model_len = max_model_len
+        self.max_model_len = 0  # set when an engine is attached (it reports it)
+        self.template = chat_template.build(model)
+        if self.template is None:
+            log.warning("the model has no chat template: /v1/chat/completions will answer "
+                        "400 (start the frontend with --chat-template FILE to serve chat)")
+        else:
+            log.info("chat template: %d characters, %s content format",
+                     len(self.template.source), self.template.content_format)
 
+    # ------------------------------------------------------------ completion prompts
     async def render_prompts(self, prompts: list[str | list[int]], *,
                              add_special_tokens: bool = True,
                              truncate: int | None = None,
@@ -32,99 +59,109 @@ class Renderer:
 
         The text of a token prompt is None, or with ``detokenize`` (echo) its
         decoding, taken before truncation as vLLM does. ``truncate``
-        (``truncate_prompt_tokens``) keeps that many tokens: for text prompts
-        the tokenizer truncates (from the left, keeping BOS) unless the request
-        names a ``truncation_side``; token prompts, and text prompts with an
-        explicit side, are sliced afterwards.
+        (``truncate_prompt_tokens``, -1: the context less one) keeps that many
+        tokens (see :meth:`encode`).
         """
-        if truncate is not None and truncate > self.max_model_len:
-            raise from_validation(ValidationError(
-                f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
-                f"= {self.max_model_len}. Please request a smaller truncation size.",
-                parameter="truncate_prompt_tokens", value=truncate))
+        self._check_truncate(truncate)
+        keep = None if truncate is None else (
+            self.max_model_len - 1 if truncate == -1 else truncate)
         texts = [self._check_text_length(p, truncate, truncation_side)
                  for p in prompts if isinstance(p, str)]
-        max_length = None  # HF truncation in the tokenizer
-        if truncate is not None and truncation_side is None:
-            max_length = self.max_model_len - 1 if truncate == -1 else truncate
-        encoded = iter(await self.encode_texts(texts, add_special_tokens, max_length)
-                       if texts else ())
+        encoded = iter(await self._off_loop(
+            sum(map(len, texts)),
+            lambda: [self._limit(self.encode(t, add_special_tokens, keep, truncation_side))
+                     for t in texts]) if texts else ())
         rendered = []
         for prompt in prompts:
             if isinstance(prompt, str):
                 ids, text = next(encoded), prompt
-                if truncate is None and len(ids) > self.max_model_len + 1:
-                    # vLLM's tokenizer call stops at max_model_len + 1 tokens
-                    # (only the error message shows it).
-                    ids = ids[:self.max_model_len + 1]
             else:
-                ids = prompt
-                text = self.model.decode(ids) if detokenize else None
-            ids = self._truncate(ids, truncate, truncation_side)
+                text = self.model.decode(prompt) if detokenize else None
+                ids = _slice(prompt, keep, truncation_side)
             self.check_tokens(ids)
             rendered.append((ids, text))
         return rendered
 
-    async def encode_texts(self, texts: list[str], add_special_tokens: bool,
-                           max_length: int | None = None) -> list[list[int]]:
-        if sum(map(len, texts)) < OFFLOAD_CHARS:
-            return self._encode(texts, add_special_tokens, max_length)
-        return await asyncio.get_running_loop().run_in_executor(
-            None, self._encode, texts, add_special_tokens, max_length)
+    # ------------------------------------------------------------ chat
+    def parse_messages(self, messages: Any) -> list[dict[str, Any]]:
+        """OpenAI messages -> the conversation the template sees, or a 400."""
+        try:
+            return self._chat_template().parse_messages(messages, self.model.name)
+        except chat_template.MessageShapeError as e:
+            raise schema_error(e.message, e.parameter) from None
+        except chat_template.ChatTemplateError as e:
+            raise from_validation(e) from None
 
-    def _encode(self, texts: list[str], add_special_tokens: bool,
-                max_length: int | None) -> list[list[int]]:
-        if max_length is None:
-            return self.model.encode_batch(texts, add_special_tokens)
-        return [self._encode_truncated(t, add_special_tokens, max_length) for t in texts]
+    async def render_chat(self, conversation: list[dict[str, Any]], *,
+                          add_generation_prompt: bool, continue_final_message: bool,
+                          kwargs: dict[str, Any], add_special_tokens: bool = False,
+                          check_length: bool = True, truncate: int | None = None,
+                          truncation_side: str | None = None,
+                          max_output_tokens: int = 0) -> RenderedChat:
+        """A parsed conversation -> (prompt text, prompt token ids), validated like
+        vLLM (``check_length=False``: /tokenize, which has no length limit)."""
+        template = self._chat_template()
+        self._check_truncate(truncate)
+        keep = truncate
+        if truncate == -1:
+            keep = self.max_model_len if max_output_tokens == 0 else self.max_model_len - 1
 
-    def _encode_truncated(self, text: str, add_special_tokens: bool, max_length: int) -> list[int]:
-        """HF ``tokenizer(text, truncation=True, max_length=N)`` with vLLM's
-        ``truncation_side="left"``: special tokens stay, text tokens are cut."""
-        tokenizer = self.model.tokenizer
+        def work() -> tuple[str, list[int]]:
+            text = template.render(conversation, add_generation_prompt=add_generation_prompt,
+                                   continue_final_message=continue_final_message,
+                                   kwargs=kwargs)
+            if not check_length:
+                return text, self.encode(text, add_special_tokens, keep, truncation_side)
+            source = self._check_text_length(text, truncate, truncation_side)
+            return text, self._limit(self.encode(source, add_special_tokens, keep,
+                                                 truncation_side))
+
+        try:
+            text, ids = await self._off_loop(_chars(conversation), work)
+        except ValidationError as e:  # ChatTemplateError included
+            raise from_validation(e) from None
+        if check_length:
+            self.check_tokens(ids)
+        return RenderedChat(conversation, text, ids)
+
+    def _chat_template(self) -> chat_template.ChatTemplate:
+        if self.template is None:
+            raise from_validation(chat_template.ChatTemplateError(
+                chat_template.NO_TEMPLATE_MESSAGE))
+        return self.template
+
+    # ------------------------------------------------------------ tokens
+    def encode(self, text: str, add_special_tokens: bool, keep: int | None = None,
+               side: str | None = None) -> list[int]:
+        """Tokenize, truncated like vLLM when ``keep`` is set.
+
+        Without an explicit side vLLM lets the tokenizer truncate (loaded with
+        ``truncation_side="left"`` for generative models, special tokens
+        kept); with one it slices the full token list.
+        """
+        model = self.model
+        if keep is None:
+            return model.encode(text, add_special_tokens)
+        if keep == 0:
+            return []
+        if side is not None:
+            return _slice(model.encode(text, add_special_tokens), keep, side)
+        tokenizer = model.tokenizer
         encoding = tokenizer.encode(text, add_special_tokens=False)
         processor = tokenizer.post_processor
         num_special = (processor.num_special_tokens_to_add(False)
                        if add_special_tokens and processor is not None else 0)
-        keep = max(max_length - num_special, 0)
-        if len(encoding.ids) > keep:
-            encoding.truncate(keep, direction="left")
+        text_tokens = max(keep - num_special, 0)
+        if len(encoding.ids) > text_tokens:
+            encoding.truncate(text_tokens, direction="left")
         if add_special_tokens:
             encoding = tokenizer.post_process(encoding, None, True)
-        return encoding.ids
+        return encoding.ids[-keep:]
 
-    def _check_text_length(self, text: str, truncate: int | None,
-                           side: str | None = None) -> str:
-        """The text to tokenize: a cheap bound first, as no token is longer than
-        ``max_chars_per_token``; with an explicit truncation side, an over-long
-        text is cut to that bound instead (vLLM's ``_text_len_check``)."""
-        max_chars = self.max_model_len * self.model.max_chars_per_token
-        if len(text) <= max_chars:
-            return text
-        if truncate is not None:
-            if side is None:
-                return text
-            return text[-max_chars:] if side == "left" else text[:max_chars]
-        raise from_validation(ValidationError(
-            f"This model's maximum context length is {self.max_model_len} tokens. "
-            f"However, your prompt contains {len(text)} characters (more than "
-            f"{max_chars} characters, which is the upper bound for "
-            f"{self.max_model_len} input tokens). Please reduce the length of the "
-            "input prompt.", parameter="input_text", value=len(text)))
-
-    def _truncate(self, ids: list[int], truncate: int | None,
-                  side: str | None = None) -> list[int]:
-        """vLLM's ``_token_truncation``: keep ``truncate`` tokens (-1: the context
-        less one), from the left unless the request asks for ``right``; the
-        tokenizer's side is always left for generative models."""
-        if truncate is None:
-            return ids
-        keep = self.max_model_len - 1 if truncate == -1 else truncate
-        if keep >= len(ids):
-            return ids
-        if keep == 0:
-            return []
-        return ids[:keep] if side == "right" else ids[-keep:]
+    async def encode_for_tokenize(self, text: str, add_special_tokens: bool) -> list[int]:
+        """``/tokenize``'s text form: no length limit."""
+        return await self._off_loop(
+            len(text), lambda: self.model.encode(text, add_special_tokens))
 
     def check_tokens(self, ids: list[int]) -> None:
         """Empty, over-long and out-of-vocabulary prompts never reach the engine."""
@@ -151,3 +188,86 @@ class Renderer:
             raise ApiError(f"Token id {lo} is out of vocabulary")
         if hi >= self.model.vocab_size:
             raise ApiError(f"Token id {hi} is out of vocabulary")
+
+    def _limit(self, ids: list[int]) -> list[int]:
+        """vLLM's tokenizer call stops at ``max_model_len + 1`` tokens (only the
+        "at least" of the error message shows it)."""
+        return ids[:self.max_model_len + 1]
+
+    # ------------------------------------------------------------ checks
+    def _check_truncate(self, truncate: int | None) -> None:
+        if truncate is not None and truncate > self.max_model_len:
+            raise from_validation(ValidationError(
+                f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
+                f"= {self.max_model_len}. Please request a smaller truncation size.",
+                parameter="truncate_prompt_tokens", value=truncate))
+
+    def _check_text_length(self, text: str, truncate: int | None,
+                           side: str | None) -> str:
+        """The text to tokenize: a cheap bound first, as no token is longer than
+        ``max_chars_per_token`` characters (vLLM's ``_text_len_check``). Over it,
+        a request without truncation gets a 400, one with an explicit
+        truncation side has its text cut to the bound."""
+        max_chars = self.max_model_len * self.model.max_chars_per_token
+        if len(text) <= max_chars:
+            return text
+        if truncate is None:
+            raise from_validation(ValidationError(
+                f"This model's maximum context length is {self.max_model_len} tokens. "
+                f"However, your prompt contains {len(text)} characters (more than "
+                f"{max_chars} characters, which is the upper bound for "
+                f"{self.max_model_len} input tokens). Please reduce the length of the "
+                "input prompt.", parameter="input_text", value=len(text)))
+        if side is None:
+            return text  # the tokenizer truncates
+        return text[-max_chars:] if side == "left" else text[:max_chars]
+
+    @staticmethod
+    async def _off_loop(size: int, work: Callable[[], T]) -> T:
+        if size < OFFLOAD_CHARS:
+            return work()
+        return await asyncio.get_running_loop().run_in_executor(None, work)
+
+
+def template_kwargs(user_kwargs: dict[str, Any] | None, *,
+                    documents: Any = None, reasoning_effort: str | None = None) -> dict:
+    """vLLM's merge: the client's chat_template_kwargs (None/"auto" values dropped)
+    under the request's own template arguments."""
+    merged = {k: v for k, v in (user_kwargs or {}).items() if v is not None and v != "auto"}
+    if documents is not None:
+        merged["documents"] = documents
+    if reasoning_effort is not None:
+        merged["reasoning_effort"] = reasoning_effort
+        if "enable_thinking" not in (user_kwargs or {}):
+            merged["enable_thinking"] = reasoning_effort != "none"
+    return merged
+
+
+def check_template_override(chat_template: str | None,
+                            user_kwargs: dict[str, Any] | None) -> None:
+    """A template sent in the request is refused, as vLLM does without
+    ``--trust-request-chat-template``."""
+    if chat_template is not None or (user_kwargs and user_kwargs.get("chat_template")
+                                     is not None):
+        raise ApiError(UNTRUSTED_TEMPLATE)
+
+
+def _slice(ids: list[int], keep: int | None, side: str | None) -> list[int]:
+    """vLLM's ``_token_truncation``: keep ``keep`` tokens, from the left unless
+    the request asks for ``right``."""
+    if keep is None or keep >= len(ids):
+        return ids
+    if keep == 0:
+        return []
+    return ids[:keep] if side == "right" else ids[-keep:]
+
+
+def _chars(conversation: list[dict[str, Any]]) -> int:
+    total = 0
+    for msg in conversation:
+        content = msg.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+    return total

@@ -26,6 +26,8 @@ log = logging.getLogger("frontend.text")
 
 INVALID_PREFIX_ERR_MSG = "Invalid prefix encountered"
 REPLACEMENT_CHAR = "\ufffd"
+# Characters of recent text kept unsettled beyond the longest stop string.
+TAIL_SLACK = 256
 
 
 def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
@@ -60,7 +62,8 @@ class IncrementalDetokenizer:
 
     __slots__ = ("_model", "_tokenizer", "_stream", "_skip_special", "_spaces_between_special",
                  "_last_special", "stop", "min_tokens", "include_stop_str_in_output",
-                 "stop_buffer_length", "token_ids", "output_text", "_last_output_offset")
+                 "stop_buffer_length", "token_ids", "_head", "_head_len", "_tail", "_keep",
+                 "_streaming", "_last_output_offset")
 
     def __init__(self, model: "ModelInfo", prompt_token_ids: list[int], *,
                  skip_special_tokens: bool = True,
@@ -82,8 +85,41 @@ class IncrementalDetokenizer:
         self.stop_buffer_length = (max(len(s) for s in self.stop) - 1
                                    if self.stop and not include_stop_str_in_output else 0)
         self.token_ids: list[int] = []
-        self.output_text = ""
+        # The text is kept as settled pieces (_head) plus a short _tail that
+        # every new token appends to: appending to one growing str would copy
+        # it each time (quadratic for long outputs). The tail keeps what stop
+        # strings may still match and, when streaming, what is not sent yet.
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail = ""
+        self._keep = max((len(s) for s in self.stop), default=0) + TAIL_SLACK
+        self._streaming = False
         self._last_output_offset = 0
+
+    @property
+    def output_text(self) -> str:
+        if self._head:
+            if len(self._head) > 1:
+                self._head = ["".join(self._head)]
+            return self._head[0] + self._tail
+        return self._tail
+
+    @property
+    def text_length(self) -> int:
+        return self._head_len + len(self._tail)
+
+    def _settle(self) -> None:
+        """Move the tail's older part to the head (amortized: at most every
+        ``_keep`` characters), keeping stop-string context and unsent text."""
+        tail = self._tail
+        cut = len(tail) - self._keep
+        if self._streaming:
+            cut = min(cut, self._last_output_offset - self._head_len)
+        if cut < self._keep:
+            return
+        self._head.append(tail[:cut])
+        self._head_len += cut
+        self._tail = tail[cut:]
 
     def update(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
         """Append a step's tokens; return the stop string that matched, if any.
@@ -102,31 +138,35 @@ class IncrementalDetokenizer:
             skipped_stop_token = new_token_ids[-1]
             new_token_ids = new_token_ids[:-1]
         num_prev = len(self.token_ids)
-        offsets = [len(self.output_text)] if self.stop else None
+        # Offsets are into the tail, which holds all of this step's text.
+        offsets = [len(self._tail)] if self.stop else None
         for token_id in new_token_ids:
             self.token_ids.append(token_id)
-            self.output_text += self._decode_next(token_id)
+            self._tail += self._decode_next(token_id)
             if offsets is not None:
-                offsets.append(len(self.output_text))
+                offsets.append(len(self._tail))
         if skipped_stop_token is not None:
             self.token_ids.append(skipped_stop_token)
             if offsets is not None:
-                offsets.append(len(self.output_text))
-        if offsets is None or len(self.token_ids) <= self.min_tokens:
-            return None
-        check_from = offsets[max(self.min_tokens - num_prev, 0)]
-        match = check_stop_strings(self.output_text, len(self.output_text) - check_from,
-                                   self.stop, self.include_stop_str_in_output)
+                offsets.append(len(self._tail))
+        match = None
+        if offsets is not None and len(self.token_ids) > self.min_tokens:
+            check_from = offsets[max(self.min_tokens - num_prev, 0)]
+            # The tail also holds the longest stop string's length before the
+            # new text, so searching it finds what searching the whole would.
+            match = check_stop_strings(self._tail, len(self._tail) - check_from,
+                                       self.stop, self.include_stop_str_in_output)
         if match is None:
+            self._settle()
             return None
         stop_string, truncate_to = match
-        stop_end = len(self.output_text) if truncate_to == -1 else truncate_to
+        stop_end = len(self._tail) if truncate_to == -1 else truncate_to
         if not self.include_stop_str_in_output:
             stop_end += len(stop_string)
         kept = bisect_left(offsets, stop_end, lo=1)
         del self.token_ids[num_prev + kept:]
         if truncate_to != -1:
-            self.output_text = self.output_text[:truncate_to]
+            self._tail = self._tail[:truncate_to]
         return stop_string
 
     def _append_plain(self, new_token_ids: list[int], stop_terminated: bool) -> None:
@@ -140,7 +180,9 @@ class IncrementalDetokenizer:
             except Exception as e:
                 piece = self._recover(e, token_id)
             if piece:
-                self.output_text += piece
+                self._tail += piece
+                if len(self._tail) > 2 * self._keep:
+                    self._settle()
             return
         if stop_terminated and not self.include_stop_str_in_output:
             decoded = new_token_ids[:-1]
@@ -149,15 +191,20 @@ class IncrementalDetokenizer:
         self.token_ids += new_token_ids
         pieces = [piece for piece in map(self._step, decoded) if piece]
         if pieces:
-            self.output_text += "".join(pieces)
+            self._tail += "".join(pieces)
+            self._settle()
 
     def next_text(self, finished: bool) -> str:
         """New text since the last call, holding back a possible partial stop string."""
-        length = len(self.output_text) - (0 if finished else self.stop_buffer_length)
+        self._streaming = True
+        head_len = self._head_len
+        length = head_len + len(self._tail) - (0 if finished else self.stop_buffer_length)
         last = self._last_output_offset
         if last < length:
             self._last_output_offset = length
-            return self.output_text[last:length]
+            if last >= head_len:
+                return self._tail[last - head_len:length - head_len]
+            return self.output_text[last:length]  # (text settled before streaming began)
         return ""
 
     def _decode_next(self, token_id: int) -> str:

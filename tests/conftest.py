@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.support.mock_engine",
     "tests.support.real_engine",
     "tests.support.frontend",
+    "tests.support.stacks",
     "tests.support.vllm_frontend",
     "tests.support.ops",
 ]

@@ -23,7 +23,6 @@ import importlib.util
 import json
 import pathlib
 import shutil
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,16 +30,10 @@ import openai
 import pytest
 
 from frontend import chat_template as ct
-from tests.helpers import (
-    MODEL,
-    RawRequest,
-    Stream,
-    client,
-    post,
-    stream,
-    wait_for,
-)
 from tests.support.frontend import launch_mock_stack
+from tests.support.http_client import MODEL, RawRequest, Stream, client, post, stream
+from tests.support.stacks import MOCK_STEP_TIME
+from tests.support.waits import wait_for
 
 MAX_MODEL_LEN = 1024
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -258,14 +251,15 @@ def test_no_template_and_override(tiny_model_dir, tmp_path):
 
     tok_dir = tokenizer_without_template(tiny_model_dir, tmp_path / "tok")
     model = load_model_info(str(tiny_model_dir), tokenizer_dir=str(tok_dir))
-    with pytest.raises(ct.ChatTemplateError, match="--chat-template"):
-        ct.for_model(model)
+    # No template: the chat route answers 400 with this message (see
+    # test_model_without_template_says_how_to_fix).
+    assert ct.build(model) is None
+    assert "--chat-template" in ct.NO_TEMPLATE_MESSAGE
     custom = tmp_path / "custom.jinja"
     custom.write_text("{% for m in messages %}{{ m.role }}> {{ m.content }}\n{% endfor %}")
     model = load_model_info(str(tiny_model_dir), tokenizer_dir=str(tok_dir),
                             chat_template_path=str(custom))
-    template = ct.for_model(model)
-    assert ct.for_model(model) is template  # compiled once
+    template = ct.build(model)
     assert template.render(template.parse_messages(HI, "tiny")) == "user> Hi there\n"
 
 
@@ -281,46 +275,7 @@ def tokenizer_without_template(model_dir: pathlib.Path, target: pathlib.Path) ->
 
 
 # ================================================================ the route
-
-@dataclass
-class Target:
-    kind: str
-    url: str
-    frontend: Any
-    mock: Any = None
-
-
-# A little time per mock step, so that the ABORT sent when a stop string matches
-# reaches the mock before it could finish the request by itself (the mock counts
-# aborts of finished requests, which must stay 0).
-MOCK_STEP_TIME = 0.002
-
-
-@pytest.fixture(scope="module")
-def module_mock_stack(tiny_model_dir, tmp_path_factory):
-    stack = launch_mock_stack(tiny_model_dir, tmp_path_factory.mktemp("chat-mock-stack"),
-                              engine_args=("--step-time", str(MOCK_STEP_TIME)))
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture(params=["mock", pytest.param("real", marks=pytest.mark.real_engine)])
-def stack(request) -> Target:
-    if request.param == "real":
-        fe = request.getfixturevalue("frontend")  # checks idleness itself
-        yield Target("real", fe.url, fe)
-        return
-    mock = request.getfixturevalue("module_mock_stack")
-    yield Target("mock", mock.url, mock.frontend, mock)
-    mock.frontend.wait_idle()
-    stats = mock.control().stats()
-    assert stats["aborts_after_finish"] == 0 and stats["aborts_unknown"] == 0, stats
-
-
-@pytest.fixture
-def real(frontend) -> Target:
-    return Target("real", frontend.url, frontend)
-
+# (the ``stack`` and ``real`` fixtures: tests/support/stacks.py)
 
 def chat(url: str, body: dict, status: int = 200) -> dict:
     reply = post(url, "/v1/chat/completions", {"model": MODEL, **body})
@@ -805,44 +760,44 @@ def test_unknown_model_and_lax_fields(stack):
 
 @pytest.mark.parametrize("n", [1, 3])
 def test_client_disconnect_mid_stream(stack, n):
-    if stack.mock:
-        stack.mock.control().configure(step_time=0.01)
     body = {"model": MODEL, "messages": HI, "max_tokens": 1000, "ignore_eos": True,
             "temperature": 1.0 if n > 1 else 0, "n": n, "stream": True}
-    req = RawRequest(stack.url, "/v1/chat/completions", body)
-    try:
-        req.read_until(b'"delta":{"content"', count=2 * n)
-        assert req.status == 200
-        assert req.received.count(b'"role":"assistant"') == n
-    finally:
-        req.hang_up()
-    try:
+    with stack.mock_step_time(0.01):
+        req = RawRequest(stack.url, "/v1/chat/completions", body)
+        try:
+            req.read_until(b'"delta":{"content"', count=2 * n)
+            assert req.status == 200
+            assert req.received.count(b'"role":"assistant"') == n
+        finally:
+            req.hang_up()
         took = wait_for(lambda: stack.frontend.debug_state()["table"] == 0, timeout=5,
                         message="table not empty after the client left")
         state = stack.frontend.wait_idle(timeout=5)
         assert took < 3 and state["engine_has_work"] is False
-    finally:
-        if stack.mock:
-            stack.mock.control().configure(step_time=MOCK_STEP_TIME)
 
 
 def test_non_streaming_disconnect_aborts(stack):
-    if stack.mock:
-        stack.mock.control().configure(step_time=0.01)
-    req = RawRequest(stack.url, "/v1/chat/completions", {
-        "model": MODEL, "messages": HI, "n": 2, "temperature": 1, "max_tokens": 1000,
-        "ignore_eos": True})
-    try:
-        time.sleep(0.5)
-    finally:
-        req.hang_up()
-    try:
-        started = time.monotonic()
+    """A client that leaves before the reply: both engine requests are aborted."""
+    with stack.mock_step_time(0.01):
+        aborted, finished = stack.engine_requests()
+        mock_aborted = stack.stats()["aborted"] if stack.mock else None
+        req = RawRequest(stack.url, "/v1/chat/completions", {
+            "model": MODEL, "messages": HI, "n": 2, "temperature": 1, "max_tokens": 1000,
+            "ignore_eos": True})
+        try:
+            # Both choices are in the table: their ADDs went to the engine.
+            wait_for(lambda: stack.frontend.debug_state()["table"] == 2, timeout=10,
+                     message="the request's choices never reached the table")
+        finally:
+            req.hang_up()
+        took = wait_for(lambda: stack.frontend.debug_state()["table"] == 0, timeout=5,
+                        message="table not empty after the client left")
         stack.frontend.wait_idle(timeout=5)
-        assert time.monotonic() - started < 3
-    finally:
+        assert took < 3  # 1000 tokens would take many seconds more on either engine
+        # The frontend aborted both, and the engine finished neither by itself.
+        assert stack.engine_requests() == (aborted + 2, finished)
         if stack.mock:
-            stack.mock.control().configure(step_time=MOCK_STEP_TIME)
+            assert stack.stats()["aborted"] == mock_aborted + 2
 
 
 # ---------------------------------------------------------------- mock-only faults

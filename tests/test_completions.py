@@ -4,8 +4,8 @@ Most tests run twice: against the session's real vLLM engine (``real``) and
 against a mock engine (``mock``, fast, with counters). Tests whose outcome
 depends on a real model (EOS, logit_bias, bad_words, min_tokens) run on the
 real engine only. After every test nothing may be left in flight: the fan-out
-table is empty and the engine has no work (the ``frontend`` fixture and the
-``stack`` fixture below check it).
+table is empty and the engine has no work (the ``stack`` fixture of
+tests/support/stacks.py checks it).
 
 The tiny model is served as "tiny" with max_model_len 1024; its tokens often
 split UTF-8 characters, so "" deltas and U+FFFD are normal.
@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import openai
 import pytest
 
-from tests.support.frontend import launch_mock_stack
-from tests.helpers import (
+from tests.support.http_client import (
     MODEL,
     RawRequest,
     client,
@@ -31,8 +29,8 @@ from tests.helpers import (
     post,
     stream_completion,
     texts_by_index,
-    wait_for,
 )
+from tests.support.waits import wait_for
 
 MAX_MODEL_LEN = 1024
 FULL_RESPONSE_KEYS = {"id", "object", "created", "model", "choices", "service_tier",
@@ -43,52 +41,6 @@ CHOICE_KEYS = {"index", "text", "logprobs", "finish_reason", "stop_reason", "tok
 STREAM_CHOICE_KEYS = {"index", "text", "logprobs", "finish_reason", "stop_reason",
                       "prompt_token_ids", "token_ids"}
 USAGE_KEYS = {"prompt_tokens", "total_tokens", "completion_tokens"}
-
-
-@dataclass
-class Target:
-    """Where a test sends requests; ``mock`` gives the mock's control channel."""
-
-    kind: str
-    url: str
-    frontend: Any
-    mock: Any = None
-
-    def stats(self) -> dict:
-        return self.mock.control().stats()
-
-
-# A little time per mock step, so that an ABORT sent when a stop string matches
-# reaches the mock before it could have finished the request by itself (it
-# counts aborts of finished requests, which must stay 0).
-MOCK_STEP_TIME = 0.002
-
-
-@pytest.fixture(scope="module")
-def module_mock_stack(tiny_model_dir, tmp_path_factory):
-    stack = launch_mock_stack(tiny_model_dir, tmp_path_factory.mktemp("mock-stack"),
-                              engine_args=("--step-time", str(MOCK_STEP_TIME)))
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture(params=["mock", pytest.param("real", marks=pytest.mark.real_engine)])
-def stack(request) -> Target:
-    if request.param == "real":
-        fe = request.getfixturevalue("frontend")  # checks idleness itself
-        yield Target("real", fe.url, fe)
-        return
-    mock = request.getfixturevalue("module_mock_stack")
-    yield Target("mock", mock.url, mock.frontend, mock)
-    mock.frontend.wait_idle()
-    stats = mock.control().stats()
-    # Finished engine requests are never aborted; nothing unknown is aborted.
-    assert stats["aborts_after_finish"] == 0 and stats["aborts_unknown"] == 0, stats
-
-
-@pytest.fixture
-def real(frontend) -> Target:
-    return Target("real", frontend.url, frontend)
 
 
 def tokenize(url: str, text: str, add_special_tokens: bool = True) -> list[int]:
@@ -680,58 +632,52 @@ def test_streamed_text_equals_non_streamed(stack, extra):
 # ---------------------------------------------------------------- cancellation
 
 def test_streaming_disconnect_64_prompts_aborts_everything(stack):
-    if stack.mock:
-        stack.mock.control().configure(step_time=0.01)
-        before = stack.stats()
     prompts = [f"prompt number {i}" for i in range(64)]
-    req = RawRequest(stack.url, "/v1/completions", {
-        "model": MODEL, "prompt": prompts, "max_tokens": 1000, "ignore_eos": True,
-        "temperature": 0, "stream": True})
-    try:
-        req.read_until(b"data: ", count=80)
-        assert req.status == 200
-    finally:
-        req.hang_up()
-    try:
+    with stack.mock_step_time(0.01):
+        aborted, finished = stack.engine_requests()
+        before = stack.stats() if stack.mock else None
+        req = RawRequest(stack.url, "/v1/completions", {
+            "model": MODEL, "prompt": prompts, "max_tokens": 1000, "ignore_eos": True,
+            "temperature": 0, "stream": True})
+        try:
+            req.read_until(b"data: ", count=80)
+            assert req.status == 200
+        finally:
+            req.hang_up()
         took = wait_for(lambda: stack.frontend.debug_state()["table"] == 0, timeout=5,
                         message="table not empty after disconnect")
         stack.frontend.wait_idle(timeout=5)
         assert took < 3
+        assert stack.engine_requests() == (aborted + 64, finished)
         if stack.mock:
             after = stack.stats()
             assert after["aborted"] - before["aborted"] == 64
             assert after["aborts_after_finish"] == 0
             assert after["finished"]["length"] == before["finished"]["length"]
-    finally:
-        if stack.mock:
-            stack.mock.control().configure(step_time=MOCK_STEP_TIME)
 
 
 def test_non_streaming_disconnect_aborts(stack):
-    if stack.mock:
-        stack.mock.control().configure(step_time=0.01)
-        before = stack.stats()
-    req = RawRequest(stack.url, "/v1/completions", {
-        "model": MODEL, "prompt": ["Hello", "World"], "n": 2, "temperature": 1,
-        "max_tokens": 1000, "ignore_eos": True})
-    try:
-        time.sleep(0.7)
-        if stack.mock:
-            assert stack.stats()["running"] == 4
-    finally:
-        req.hang_up()
-    try:
+    with stack.mock_step_time(0.01):
+        aborted, finished = stack.engine_requests()
+        mock_aborted = stack.stats()["aborted"] if stack.mock else None
+        req = RawRequest(stack.url, "/v1/completions", {
+            "model": MODEL, "prompt": ["Hello", "World"], "n": 2, "temperature": 1,
+            "max_tokens": 1000, "ignore_eos": True})
+        try:
+            # The engine's own scheduler stats: it runs all four.
+            wait_for(lambda: stack.engine_running() == 4, timeout=10,
+                     message=lambda: f"engine runs {stack.engine_running()} of 4")
+            assert stack.frontend.debug_state()["table"] == 4
+        finally:
+            req.hang_up()
         started = time.monotonic()
         stack.frontend.wait_idle(timeout=5)
         # 1000 tokens would take many seconds more on either engine.
         assert time.monotonic() - started < 3
+        # The frontend aborted all four, and the engine finished none by itself.
+        assert stack.engine_requests() == (aborted + 4, finished)
         if stack.mock:
-            after = stack.stats()
-            assert after["aborted"] - before["aborted"] == 4
-            assert after["aborts_after_finish"] == 0
-    finally:
-        if stack.mock:
-            stack.mock.control().configure(step_time=MOCK_STEP_TIME)
+            assert stack.stats()["aborted"] == mock_aborted + 4
 
 
 @pytest.mark.parametrize("bad", [

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine_core import cli, launcher
+from tests.support.waits import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,15 +124,6 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-def _exits_within(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _running(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _start_launcher(handler: str) -> tuple[subprocess.Popen, int]:
     launcher_proc = subprocess.Popen(
         [sys.executable, "-S", "-c", _RUN, _STAND_IN.format(handler=handler)],
@@ -146,7 +138,7 @@ def test_sigterm_is_forwarded_and_leftovers_are_killed():
     try:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 3
-        assert _exits_within(grandchild, 5)
+        wait_for(lambda: not _running(grandchild), 5, message="the grandchild is left")
     finally:
         proc.kill()
 
@@ -160,6 +152,6 @@ def test_second_signal_kills_the_group():
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 128 + signal.SIGKILL
-        assert _exits_within(grandchild, 5)
+        wait_for(lambda: not _running(grandchild), 5, message="the grandchild is left")
     finally:
         proc.kill()

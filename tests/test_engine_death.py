@@ -17,16 +17,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.helpers import (
+from tests.support.http_client import (
     MODEL,
     RawRequest,
     finals_by_index,
     get,
+    metric,
     parse_sse,
     post,
+    scrape,
     stream_completion,
-    wait_for,
 )
+from tests.support.waits import wait_for
 
 STEP_TIME = "0.01"  # 100 steps/s: 1000 tokens would take 10 s
 PROMPTS = ["Hello", "World", "The quick brown fox"]
@@ -143,27 +145,35 @@ def test_new_engine_on_the_same_address_is_attached(mock_stack):
 
 
 def test_stall_waits_and_completes(mock_stack):
-    url = mock_stack.url
+    """A stalled engine (alive, but neither stepping nor reading) is slow, not
+    dead: the frontend keeps serving, its requests wait, then complete."""
+    url, control = mock_stack.url, mock_stack.control()
+    streaming = start_stream(url, {"model": MODEL, "prompt": "World", "max_tokens": 100},
+                             events=2)
+    control.stall(None)  # until resumed; the engine answers its control channel meanwhile
+    stalled = control.stats()
+    assert stalled["running"] == 1, stalled  # the stream is stalled mid-way
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(post, url, "/v1/completions",
                               {"model": MODEL, "prompt": "Hello", "max_tokens": 20},
                               timeout=30)
-        streaming = start_stream(url, {"model": MODEL, "prompt": "World",
-                                       "max_tokens": 30}, events=2)
-        mock_stack.control().stall(1.5)
-        t0 = time.monotonic()
-        time.sleep(0.5)
+        # Its ADD is sent (the choice is in the table), unread by the engine.
+        wait_for(lambda: metric(scrape(url), "vllm_frontend_fanout_entries") == 2, 10,
+                 message="the new request never reached the table")
         assert get(url, "/health").status == 200  # slow is not dead
+        assert metric(scrape(url), "vllm_frontend_engine_alive") == 1
         assert not pending.done()
+        assert control.stats()["steps"] == stalled["steps"]  # still stalled throughout
+        control.stall(0)
         reply = pending.result(timeout=15)
         raw = streaming.read_all(timeout=15)
-    assert time.monotonic() - t0 >= 1.0
     assert reply.status == 200 and reply.json["choices"][0]["finish_reason"] == "length"
     events = body_events(raw)
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     assert get(url, "/health").status == 200
+    assert control.stats()["adds"] == 2
 
 
 # ---------------------------------------------------------------- cancellation
@@ -288,7 +298,9 @@ def test_slow_reader_is_aborted_not_buffered(start_mock_stack):
     req = RawRequest(stack.url, "/v1/completions", {
         **long_body(prompt=[f"p{i}" for i in range(64)]), "stream": True})
     req.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    time.sleep(3)  # not reading: the socket buffers fill, the frontend must stop
+    # Not reading: the socket buffers fill, then the frontend's bounded buffer.
+    wait_for(lambda: metric(scrape(stack.url), "vllm_frontend_slow_consumer_aborts_total")
+             == 1, 30, message="the stream that nobody reads was never aborted")
     raw = req.read_all(timeout=20)
     events = body_events(raw)
     assert "error" in events[-2], events[-2][:300]

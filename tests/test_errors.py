@@ -12,13 +12,11 @@ with the status, before the stream starts.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
-from tests.helpers import MODEL, post
-from tests.support.frontend import launch_mock_stack
+from tests.support.http_client import MODEL, post
+from tests.support.stacks import Target
 
 BASE = {"model": MODEL, "prompt": "Hello", "max_tokens": 4}
 OOV = 1200  # the tiny model's vocab_size: the first id out of vocabulary
@@ -102,37 +100,6 @@ RAW_CASES: dict[str, bytes] = {
     "empty-body": b"",
     "invalid-utf8": b'{"model": "tiny", "prompt": "\xff\xfe"}',
 }
-
-
-@dataclass
-class Target:
-    kind: str
-    url: str
-    frontend: Any
-    mock: Any = None
-
-    def adds(self) -> int | None:
-        return self.mock.control().stats()["adds"] if self.mock else None
-
-
-@pytest.fixture(scope="module")
-def module_mock_stack(tiny_model_dir, tmp_path_factory):
-    stack = launch_mock_stack(tiny_model_dir, tmp_path_factory.mktemp("mock-stack"))
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture(params=["mock", pytest.param("real", marks=pytest.mark.real_engine)])
-def stack(request) -> Target:
-    if request.param == "real":
-        fe = request.getfixturevalue("frontend")
-        yield Target("real", fe.url, fe)
-        return
-    mock = request.getfixturevalue("module_mock_stack")
-    yield Target("mock", mock.url, mock.frontend, mock)
-    mock.frontend.wait_idle()
-    stats = mock.control().stats()
-    assert stats["input_alive"] and stats["aborts_unknown"] == 0, stats
 
 
 def check_rejected(reply, status: int, text: str | None, case: str) -> dict:

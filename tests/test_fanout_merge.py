@@ -11,13 +11,12 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from frontend.fanout import Group, Table
+from frontend.fanout import Group
 from frontend.model import load_model_info
 from frontend.openai.completions import CompletionRequest, CompletionView
 from frontend.openai.sampling import build_sampling_params
 from protocol import wire
 from protocol.arrays import make_array
-from protocol.sampling import ModelLimits
 from tools.bench import hot_path
 
 
@@ -27,8 +26,8 @@ def model(tiny_model_dir):
 
 
 def streaming_choice(model, **fields):
-    table = Table(hot_path.NullEngine(), model,
-                  lambda: ModelLimits(vocab_size=model.vocab_size, max_model_len=1024))
+    state = hot_path.make_state(model, max_model_len=1024)
+    table = state.table
     req = CompletionRequest(model="tiny", prompt="Hello", max_tokens=16, stream=True, **fields)
     ids = model.encode("Hello")
     group = Group("cmpl-merge", stream=True)
@@ -37,7 +36,7 @@ def streaming_choice(model, **fields):
     choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                               params=params)
     table.submit(group)
-    return table, group, choice, req, ids
+    return state, group, choice, req, ids
 
 
 def step(engine_id, token, finish=None, logprob=None):
@@ -55,7 +54,8 @@ def tokens_of(model, text):
 
 
 def test_steps_in_one_wakeup_become_one_delta(model):
-    table, group, choice, _, _ = streaming_choice(model)
+    state, group, choice, _, _ = streaming_choice(model)
+    table = state.table
     toks = tokens_of(model, " the river and the ocean")
     assert len(toks) >= 4
     table.on_outputs([step(choice.engine_id, t) for t in toks[:3]])
@@ -72,7 +72,8 @@ def test_steps_in_one_wakeup_become_one_delta(model):
 
 
 def test_merged_delta_keeps_finish_and_logprobs(model):
-    table, group, choice, req, ids = streaming_choice(model, logprobs=0)
+    state, group, choice, req, ids = streaming_choice(model, logprobs=0)
+    table = state.table
     toks = tokens_of(model, " green mountain valley")
     lps = [-0.5 * (i + 1) for i in range(len(toks))]
     table.on_outputs([step(choice.engine_id, t, logprob=lp, finish=(
@@ -82,7 +83,7 @@ def test_merged_delta_keeps_finish_and_logprobs(model):
     assert delta.token_ids == toks and delta.finish_reason == "length"
     assert [pos[t][0] for pos, t in zip(delta.logprobs, toks)] == pytest.approx(lps)
     # The chunk a client gets: one event, whose logprobs cover every token.
-    view = CompletionView(hot_path.StubServer(model), req, group, "tiny", [(ids, "Hello")])
+    view = CompletionView(state, req, group, "tiny", [(ids, "Hello")])
     view.start_stream()
     chunk = msgspec.json.decode(view._render([delta])[len(b"data: "):])
     [c] = chunk["choices"]

@@ -7,13 +7,12 @@ in both modes. Runs on the real engine and on the mock (with counters).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from tests.helpers import RawRequest, finals_by_index, post, stream, wait_for
-from tests.support.frontend import launch_mock_stack
+from tests.support.http_client import RawRequest, finals_by_index, post, stream
+from tests.support.waits import wait_for
 
 PATH = "/inference/v1/generate"
 PROMPT = [1, 468, 995]
@@ -24,38 +23,6 @@ RESPONSE_KEYS = {"request_id", "model", "created", "usage", "prompt_logprobs",
                  "choices"}
 CHOICE_KEYS = {"index", "finish_reason", "stop_reason", "token_ids", "routed_experts",
                "sampling_mask", "weight_versions", "logprobs"}
-
-
-@dataclass
-class Target:
-    kind: str
-    url: str
-    frontend: Any
-    mock: Any = None
-
-    def adds(self) -> int | None:
-        return self.mock.control().stats()["adds"] if self.mock else None
-
-
-@pytest.fixture(scope="module")
-def module_mock_stack(tiny_model_dir, tmp_path_factory):
-    stack = launch_mock_stack(tiny_model_dir, tmp_path_factory.mktemp("mock-stack"),
-                              engine_args=("--step-time", "0.002"))
-    yield stack
-    stack.stop()
-
-
-@pytest.fixture(params=["mock", pytest.param("real", marks=pytest.mark.real_engine)])
-def stack(request) -> Target:
-    if request.param == "real":
-        fe = request.getfixturevalue("frontend")
-        yield Target("real", fe.url, fe)
-        return
-    mock = request.getfixturevalue("module_mock_stack")
-    yield Target("mock", mock.url, mock.frontend, mock)
-    mock.frontend.wait_idle()
-    stats = mock.control().stats()
-    assert stats["aborts_after_finish"] == 0 and stats["aborts_unknown"] == 0, stats
 
 
 def generate(url: str, body: dict) -> dict:
@@ -271,22 +238,20 @@ def test_errors_never_reach_the_engine(stack, case):
 
 
 def test_streaming_disconnect_aborts_all_children(stack):
-    if stack.mock:
-        stack.mock.control().configure(step_time=0.01)
-        before = stack.mock.control().stats()
-    req = RawRequest(stack.url, PATH, {"token_ids": PROMPT, "stream": True,
-                                       "sampling_params": sampled(4, 1000)})
-    try:
-        req.read_until(b"data: ", count=8)
-    finally:
-        req.hang_up()
-    try:
-        took = wait_for(lambda: stack.frontend.debug_state()["table"] == 0, 5)
+    with stack.mock_step_time(0.01):
+        aborted, finished = stack.engine_requests()
+        mock_aborted = stack.stats()["aborted"] if stack.mock else None
+        req = RawRequest(stack.url, PATH, {"token_ids": PROMPT, "stream": True,
+                                           "sampling_params": sampled(4, 1000)})
+        try:
+            req.read_until(b"data: ", count=8)
+        finally:
+            req.hang_up()
+        took = wait_for(lambda: stack.frontend.debug_state()["table"] == 0, 5,
+                        message="table not empty after the client left")
         assert took < 3
         stack.frontend.wait_idle(timeout=5)
+        # The frontend aborted all four, and the engine finished none by itself.
+        assert stack.engine_requests() == (aborted + 4, finished)
         if stack.mock:
-            after = stack.mock.control().stats()
-            assert after["aborted"] - before["aborted"] == 4
-    finally:
-        if stack.mock:
-            stack.mock.control().configure(step_time=0.002)
+            assert stack.stats()["aborted"] == mock_aborted + 4

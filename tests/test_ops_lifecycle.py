@@ -14,13 +14,14 @@ import time
 import aiohttp
 import pytest
 
-from frontend.systemd import Notifier, watchdog_usec
+from frontend.ops.systemd import Notifier, watchdog_usec
 from tests.support.frontend import SERVED_NAME
 from tests.support.ops import (
     read_stream,
     run,
     stream_tokens,
 )
+from tests.support.waits import wait_for_async
 
 
 async def _get_status(session: aiohttp.ClientSession, url: str) -> int:
@@ -45,12 +46,14 @@ def test_sigterm_drains_running_stream_then_exits_0(start_ops_stack):
                 assert first.startswith(b"data: ")
                 assert await _get_status(s, stack.url + "/health") == 200
                 proc.send_signal(signal.SIGTERM)
-                signalled = time.monotonic()
+
+                async def health_503() -> bool:
+                    return await _get_status(s, stack.url + "/health") == 503
+
                 # /health turns 503 at once, while the listener stays open.
-                while await _get_status(s, stack.url + "/health") != 503:
-                    assert time.monotonic() - signalled < 2.0
-                    await asyncio.sleep(0.01)
-                health_503_after = time.monotonic() - signalled
+                health_503_after = await wait_for_async(
+                    health_503, 2.0, interval=0.01,
+                    message="/health did not turn 503 after SIGTERM")
                 async with s.post(stack.url + "/v1/completions", json={
                         "model": SERVED_NAME, "prompt": "late", "max_tokens": 2}) as late:
                     late_status, late_body = late.status, await late.json()

@@ -5,21 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 
 import aiohttp
 import pytest
 
-from frontend.limits import count_choices
+from frontend.openai import chat, completions, generate
 from tests.support.frontend import SERVED_NAME
-from tests.support.ops import (
-    metric,
-    parse_metrics,
-    post_json,
-    read_stream,
-    run,
-    stream_tokens,
-)
+from tests.support.http_client import metric, parse_metrics, scrape
+from tests.support.ops import post_json, read_stream, run, stream_tokens
+from tests.support.waits import wait_for, wait_for_async
 
 
 async def _metrics(session: aiohttp.ClientSession, url: str) -> dict:
@@ -89,19 +83,35 @@ def test_body_limit_flag_content_length_and_chunked(start_ops_stack):
 
 # ------------------------------------------------------------------------ admission
 def test_count_choices_without_decoding_prompts():
-    c = "/v1/completions"
-    assert count_choices(c, b'{"prompt": "a"}') == 1
-    assert count_choices(c, b'{"prompt": "a", "n": 4}') == 4
-    assert count_choices(c, b'{"prompt": ["a", "b", "c"], "n": 2}') == 6
-    assert count_choices(c, b'{"prompt": [1, 2, 3], "n": 3}') == 3
-    assert count_choices(c, b'{"prompt": [[1, 2], [3], [4]], "n": "2"}') == 6
-    assert count_choices(c, json.dumps({"prompt": ["p"] * 8, "n": 4}).encode()) == 32
-    assert count_choices(c, b'{"prompt": [], "n": 0}') == 1
-    assert count_choices(c, b"not json") == 1
-    assert count_choices("/v1/chat/completions", b'{"messages": [], "n": 5}') == 5
-    assert count_choices("/inference/v1/generate",
-                         b'{"token_ids": [1], "sampling_params": {"n": 3}}') == 3
-    assert count_choices("/inference/v1/generate", b'{"token_ids": [1]}') == 1
+    count = completions.count_choices
+    assert count(b'{"prompt": "a"}') == 1
+    assert count(b'{"prompt": "a", "n": 4}') == 4
+    assert count(b'{"prompt": ["a", "b", "c"], "n": 2}') == 6
+    assert count(b'{"prompt": [1, 2, 3], "n": 3}') == 3
+    assert count(b'{"prompt": [[1, 2], [3], [4]], "n": "2"}') == 6
+    assert count(json.dumps({"prompt": ["p"] * 8, "n": 4}).encode()) == 32
+    assert count(b'{"prompt": [], "n": 0}') == 1
+    assert count(b"not json") == 1
+    assert chat.count_choices(b'{"messages": [], "n": 5}') == 5
+    assert generate.count_choices(b'{"token_ids": [1], "sampling_params": {"n": 3}}') == 3
+    assert generate.count_choices(b'{"token_ids": [1]}') == 1
+
+
+def test_every_generation_route_is_admission_controlled(tiny_model_dir):
+    """The route table is the one list: each POST route that starts engine work
+    has a choice counter, so admission and the drain gate cover it."""
+    from tools.bench import hot_path
+    from frontend.model import load_model_info
+    from frontend.openai.routes import openai_routes
+
+    state = hot_path.make_state(load_model_info(str(tiny_model_dir), served_names=["tiny"]))
+    routes = openai_routes(state)
+    not_generation = {"/tokenize", "/detokenize"}
+    for route in routes:
+        if route.method == "POST" and route.path not in not_generation:
+            assert route.count_choices is not None, route.path
+    assert {r.path for r in routes if r.count_choices} >= {
+        "/v1/completions", "/v1/chat/completions", "/inference/v1/generate"}
 
 
 LIMIT = 6
@@ -161,10 +171,12 @@ def test_admission_counts_choices_and_frees_them(start_ops_stack):
             big = asyncio.create_task(post_json(s, stack.url + "/v1/completions", {
                 "model": SERVED_NAME, "prompt": ["one", "two"], "n": 3,
                 "max_tokens": TOKENS, "ignore_eos": True}))
-            deadline = time.monotonic() + 5
-            while metric(await _metrics(s, stack.url), "vllm_frontend_choices_in_flight") < 6:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
+            async def big_admitted() -> bool:
+                samples = await _metrics(s, stack.url)
+                return metric(samples, "vllm_frontend_choices_in_flight") >= 6
+
+            await wait_for_async(big_admitted, 5, interval=0.02,
+                                 message="the 6-choice request never held its slots")
             refused = await post_json(s, stack.url + "/v1/completions",
                                       {"model": SERVED_NAME, "prompt": "x", "max_tokens": 1})
             too_long = await post_json(s, stack.url + "/v1/completions",
@@ -208,31 +220,22 @@ def test_slow_consumer_is_aborted_and_engine_freed(start_ops_stack):
                      b"Content-Type: application/json\r\nContent-Length: "
                      + str(len(body)).encode() + b"\r\n\r\n" + body)
         control = stack.control()
-        deadline = time.monotonic() + 60
-        while True:  # never read: the socket buffers fill, then the frontend's
+
+        def aborted() -> bool:  # never read: the socket buffers fill, then the frontend's
             stats = control.stats()
-            if stats["aborted"] >= 1 and stats["running"] == 0:
-                break
-            assert time.monotonic() < deadline, f"stream was never aborted: {stats}"
-            time.sleep(0.1)
-        assert stats["waiting"] == 0
+            return stats["aborted"] >= 1 and stats["running"] == 0
+
+        wait_for(aborted, 60, interval=0.1,
+                 message=lambda: f"stream was never aborted: {control.stats()}")
+        assert control.stats()["waiting"] == 0
         state = stack.frontend.debug_state()
         assert state["table"] == 0
     finally:
         sock.close()
     stack.frontend.wait_idle()
-
-    async def scrape():
-        async with aiohttp.ClientSession() as s:
-            return await _metrics(s, stack.url)
-
-    deadline = time.monotonic() + 10
-    while True:
-        samples = run(scrape())
-        if metric(samples, "vllm_frontend_open_streams") == 0:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_for(lambda: metric(scrape(stack.url), "vllm_frontend_open_streams") == 0, 10,
+             message="the aborted stream is still open")
+    samples = scrape(stack.url)
     assert metric(samples, "vllm_frontend_slow_consumer_aborts_total") == 1
     assert metric(samples, "vllm_frontend_engine_aborts_total") >= 1
 
@@ -249,7 +252,7 @@ def test_ops_flags_reject_garbage(flag, value):
 
 
 def test_ops_flag_values():
-    from frontend import ops
+    from frontend.ops import flags
     from frontend.cli import build_parser
     args = build_parser().parse_args([
         "--engine-addr", "tcp://127.0.0.1:1", "--model", "m", "--max-request-body-size",
@@ -257,10 +260,10 @@ def test_ops_flag_values():
         "--api-key", "k1", "k2", "--api-key", "k3"])
     assert args.max_request_body_size == 512 * 1024
     assert args.allowed_origins == ["https://a.example", "https://b.example"]
-    config = ops.config_from_args(args, environ={"VLLM_API_KEY": "env"})
+    config = flags.config_from_args(args, environ={"VLLM_API_KEY": "env"})
     assert config.api_keys == ["k1", "k2", "k3"]
     assert "k1" not in repr(config)
-    defaults = ops.config_from_args(build_parser().parse_args(
+    defaults = flags.config_from_args(build_parser().parse_args(
         ["--engine-addr", "tcp://127.0.0.1:1", "--model", "m"]), environ={})
     assert (defaults.api_keys, defaults.allowed_origins, defaults.allowed_methods,
             defaults.allowed_headers, defaults.allow_credentials) == ([], [], ["*"], ["*"], False)

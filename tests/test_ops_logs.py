@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from frontend import logs
+from frontend.ops import logs
 
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import aiohttp
 import pytest
 
 from tests.support.frontend import SERVED_NAME
-from tests.support.ops import (
-    metric,
-    parse_metrics,
-    post_json,
-    read_stream,
-    run,
-)
+from tests.support.http_client import metric, parse_metrics, scrape
+from tests.support.ops import post_json, read_stream, run
+from tests.support.waits import wait_for, wait_for_async
 
 VLLM = {"model_name": SERVED_NAME, "engine": "0"}
 
@@ -121,25 +116,22 @@ def test_metrics_gauges_while_streaming_and_disconnects(start_ops_stack):
                 "ignore_eos": True, "stream": True, "n": 3})
             assert r.status == 200
             await r.content.readline()
-            deadline = time.monotonic() + 5
-            while True:
+            samples: dict = {}
+
+            async def shows(name: str, value: float, **labels: str) -> bool:
+                nonlocal samples
                 samples, _, _ = await _scrape(s, stack.url)
-                if metric(samples, "vllm:num_requests_running", **VLLM) == 3:
-                    break
-                assert time.monotonic() < deadline, "scheduler stats never showed 3 running"
-                await asyncio.sleep(0.05)
+                return metric(samples, name, **labels) == value
+
+            await wait_for_async(lambda: shows("vllm:num_requests_running", 3, **VLLM), 5,
+                                 message="scheduler stats never showed 3 running")
             assert metric(samples, "vllm_frontend_open_streams") == 1
             assert metric(samples, "vllm_frontend_requests_in_flight") == 1
             assert metric(samples, "vllm_frontend_fanout_entries") == 3
             assert metric(samples, "vllm:kv_cache_usage_perc", **VLLM) > 0
             r.close()  # the client goes away mid-stream
-            deadline = time.monotonic() + 5
-            while True:
-                samples, _, _ = await _scrape(s, stack.url)
-                if metric(samples, "vllm_frontend_open_streams") == 0:
-                    break
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await wait_for_async(lambda: shows("vllm_frontend_open_streams", 0), 5,
+                                 message="the stream stayed open")
             return samples
 
     samples = run(main())
@@ -148,22 +140,12 @@ def test_metrics_gauges_while_streaming_and_disconnects(start_ops_stack):
                   status="499") == 1
     stats = stack.wait_engine_idle()
     assert stats["aborted"] == 3
-    deadline = time.monotonic() + 5
-    while True:
-        samples = run(_scrape_once(stack.url))
-        if metric(samples, "vllm_frontend_engine_aborts_total") == 3:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(lambda: metric(scrape(stack.url), "vllm_frontend_engine_aborts_total") == 3, 5,
+             message="the frontend did not count 3 aborts")
+    samples = scrape(stack.url)
     # Client-aborted requests are not successes (as in vLLM).
     assert sum(metric(samples, "vllm:request_success_total", finished_reason=r, **VLLM)
                for r in ("stop", "length", "abort", "error", "repetition")) == 0
-
-
-async def _scrape_once(url: str) -> dict:
-    async with aiohttp.ClientSession() as s:
-        samples, _, _ = await _scrape(s, url)
-        return samples
 
 
 def test_disable_log_stats_keeps_http_metrics(start_ops_stack):

@@ -8,14 +8,10 @@ import re
 import aiohttp
 import pytest
 
-from frontend.security import ApiKeys, Cors
+from frontend.ops.security import ApiKeys, Cors
 from tests.support.frontend import SERVED_NAME
-from tests.support.ops import (
-    metric,
-    parse_metrics,
-    read_stream,
-    run,
-)
+from tests.support.http_client import metric, parse_metrics
+from tests.support.ops import read_stream, run
 
 KEY1 = "sk-test-key-one-4f1c2b"
 KEY2 = "sk-test-key-two-9d8e7a"

@@ -91,14 +91,14 @@ def unit_argv(name: str) -> tuple[dict, list[str]]:
 
 
 def test_frontend_unit_execstart_parses_with_our_cli():
-    from frontend import ops
+    from frontend.ops import flags
     from frontend.cli import build_parser
     unit, argv = unit_argv("vllm-frontend.service")
     assert argv[0] == INSTALLED_BIN + "frontend"
     args = build_parser().parse_args(argv[1:])  # SystemExit on any unknown flag
     assert args.engine_addr == "tcp://127.0.0.1:29550"
     assert args.served_model_name == ["qwen"]
-    ops.config_from_args(args, environ={})
+    flags.config_from_args(args, environ={})
     # systemd must wait longer than the drain before it kills.
     stop = int(unit["Service"]["TimeoutStopSec"][0])
     assert stop > args.shutdown_timeout

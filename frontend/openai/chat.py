@@ -11,27 +11,24 @@ last one of each choice), at most one usage chunk and exactly one ``[DONE]``.
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from frontend import chat_template
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai.common import (
-    LOGPROB_FLOOR,
     StreamOptions,
+    as_n,
     decode_body,
-    prompt_logprobs_json,
     request_id_for,
     serve_group,
     stream_usage_flags,
     usage_dict,
     validate_cache_salt,
 )
+from frontend.openai.logprobs import chat_logprobs, prompt_logprobs_json
 from frontend.openai.sampling import (
     build_sampling_params,
     check_max_output_tokens,
@@ -39,18 +36,14 @@ from frontend.openai.sampling import (
     get_max_tokens,
 )
 from frontend.openai.sse import stream_group
+from frontend.render import RenderedChat, check_template_override, template_kwargs
+from frontend.state import AppState
 from frontend.text import Position
 from protocol.errors import ValidationError
 
-if TYPE_CHECKING:
-    from frontend.server import Server
-
-OFFLOAD_CHARS = 8192  # message characters above which render + tokenize leave the loop
 MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
 RESPONSE_ROLE = "assistant"  # vLLM's --response-role default
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template "
-                      "is not set. Refused request with untrusted chat template.")
 
 
 class ChatCompletionRequest(msgspec.Struct, kw_only=True):
@@ -239,10 +232,7 @@ def check_supported(req: ChatCompletionRequest) -> None:
     if req.functions is not None or req.function_call is not None:
         raise ApiError("`functions` and `function_call` (deprecated function calling) are "
                        "not supported by this frontend", param="functions")
-    if req.chat_template is not None or (
-            req.chat_template_kwargs and req.chat_template_kwargs.get("chat_template")
-            is not None):
-        raise ApiError(UNTRUSTED_TEMPLATE)
+    check_template_override(req.chat_template, req.chat_template_kwargs)
     if req.use_beam_search:
         raise ApiError("beam search is not supported by this frontend", 501,
                        "NotImplementedError")
@@ -254,154 +244,38 @@ def check_supported(req: ChatCompletionRequest) -> None:
                        param="logprob_token_ids")
 
 
-# ---------------------------------------------------------------------------- rendering
-
-@dataclass
-class RenderedChat:
-    conversation: list[dict[str, Any]]
-    text: str
-    token_ids: list[int]
+class _Skeleton(msgspec.Struct):
+    n: Any = 1
 
 
-def template_kwargs(user_kwargs: dict[str, Any] | None, *,
-                    documents: Any = None, reasoning_effort: str | None = None) -> dict:
-    """vLLM's merge: the client's chat_template_kwargs (None/"auto" values dropped)
-    under the request's own template arguments."""
-    merged = {k: v for k, v in (user_kwargs or {}).items() if v is not None and v != "auto"}
-    if documents is not None:
-        merged["documents"] = documents
-    if reasoning_effort is not None:
-        merged["reasoning_effort"] = reasoning_effort
-        if "enable_thinking" not in (user_kwargs or {}):
-            merged["enable_thinking"] = reasoning_effort != "none"
-    return merged
+_skeleton = msgspec.json.Decoder(_Skeleton)
 
 
-def _chars(conversation: list[dict[str, Any]]) -> int:
-    total = 0
-    for msg in conversation:
-        content = msg.get("content")
-        if isinstance(content, str):
-            total += len(content)
-        elif isinstance(content, list):
-            total += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
-    return total
-
-
-async def render_chat(server: "Server", messages: Any, *, add_generation_prompt: bool,
-                      continue_final_message: bool, kwargs: dict[str, Any],
-                      add_special_tokens: bool = False, check_length: bool = True,
-                      truncate: int | None = None, truncation_side: str | None = None,
-                      max_output_tokens: int = 0) -> RenderedChat:
-    """Messages -> (conversation, prompt text, prompt token ids), validated like vLLM.
-
-    Long conversations are rendered and tokenized in a worker thread, so the
-    event loop keeps serving streams meanwhile.
-    """
-    model = server.model
+def count_choices(body: bytes) -> int:
+    """``n`` for admission control, from a skeleton parse of the body."""
     try:
-        template = chat_template.for_model(model)
-        conversation = template.parse_messages(messages, model.name)
-    except chat_template.MessageShapeError as e:
-        raise schema_error(e.message, e.parameter) from None
-    except chat_template.ChatTemplateError as e:
-        raise from_validation(e) from None
-    max_model_len = server.max_model_len
-    if truncate is not None and truncate > max_model_len:
-        raise _invalid(f"truncate_prompt_tokens={truncate} cannot be greater than "
-                       f"max_model_len = {max_model_len}. Please request a smaller "
-                       "truncation size.", "truncate_prompt_tokens", truncate)
-
-    keep = None  # prompt tokens to keep (truncate_prompt_tokens), vLLM's TokenizeParams
-    if truncate is not None:
-        keep = truncate
-        if keep == -1:
-            keep = max_model_len if max_output_tokens == 0 else max_model_len - 1
-
-    def work() -> tuple[str, list[int]]:
-        text = template.render(conversation, add_generation_prompt=add_generation_prompt,
-                               continue_final_message=continue_final_message, kwargs=kwargs)
-        source = text
-        max_chars = max_model_len * model.max_chars_per_token
-        if check_length and len(text) > max_chars:
-            if truncate is None:
-                raise ValidationError(
-                    f"This model's maximum context length is {max_model_len} tokens. "
-                    f"However, your prompt contains {len(text)} characters (more than "
-                    f"{max_chars} characters, which is the upper bound for {max_model_len} "
-                    "input tokens). Please reduce the length of the input prompt.",
-                    parameter="input_text", value=len(text))
-            if truncation_side is not None:  # cut to the bound before tokenizing
-                source = text[-max_chars:] if truncation_side == "left" else text[:max_chars]
-        return text, encode_prompt(model, source, add_special_tokens, keep, truncation_side)
-
-    try:
-        if _chars(conversation) < OFFLOAD_CHARS:
-            text, ids = work()
-        else:
-            text, ids = await asyncio.get_running_loop().run_in_executor(None, work)
-    except ValidationError as e:  # ChatTemplateError included
-        raise from_validation(e) from None
-
-    if check_length:
-        if len(ids) > max_model_len:
-            # vLLM tokenizes with max_length = max_model_len + 1, hence "at least".
-            count = max_model_len + 1
-            raise _invalid(f"This model's maximum context length is {max_model_len} tokens. "
-                           f"However, your prompt contains at least {count} input tokens, "
-                           "which exceeds this limit even without any output tokens. Please "
-                           "reduce the length of the input prompt.", "input_tokens", count)
-        if not ids:
-            raise ApiError("The decoder prompt cannot be empty")
-        bad = max(ids)
-        if bad >= model.vocab_size:
-            raise ApiError(f"Token id {bad} is out of vocabulary")
-    return RenderedChat(conversation, text, ids)
-
-
-def encode_prompt(model: Any, text: str, add_special_tokens: bool, keep: int | None,
-                  side: str | None) -> list[int]:
-    """Tokenize the rendered prompt, truncated like vLLM when ``keep`` is set.
-
-    Without an explicit side vLLM lets the tokenizer truncate (loaded with
-    ``truncation_side="left"`` for generative models, special tokens kept);
-    with one it slices the full token list.
-    """
-    if keep is None:
-        return model.encode(text, add_special_tokens=add_special_tokens)
-    if keep == 0:
-        return []
-    if side is not None:
-        ids = model.encode(text, add_special_tokens=add_special_tokens)
-        return ids[-keep:] if side == "left" else ids[:keep]
-    tokenizer = model.tokenizer
-    encoding = tokenizer.encode(text, add_special_tokens=False)
-    processor = tokenizer.post_processor
-    num_special = (processor.num_special_tokens_to_add(False)
-                   if add_special_tokens and processor is not None else 0)
-    if len(encoding.ids) > max(keep - num_special, 0):
-        encoding.truncate(max(keep - num_special, 0), direction="left")
-    if add_special_tokens:
-        encoding = tokenizer.post_process(encoding, None, True)
-    return encoding.ids[-keep:]
+        return as_n(_skeleton.decode(body).n)
+    except msgspec.DecodeError:
+        return 1
 
 
 # ---------------------------------------------------------------------------- handler
 
-async def create_chat_completion(server: "Server", request: web.Request) -> web.StreamResponse:
+async def create_chat_completion(state: AppState, request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, ChatCompletionRequest)
     validate_request(req)
-    served = server.resolve_model(req.model)
+    served = state.resolve_model(req.model)
     check_supported(req)
-    max_model_len = server.max_model_len
+    max_model_len = state.max_model_len
     if req.max_completion_tokens is not None:
         requested, param = req.max_completion_tokens, "max_completion_tokens"
     else:
         requested, param = req.max_tokens, "max_tokens"
     check_max_output_tokens(requested, max_model_len, param)
     add_generation_prompt = req.add_generation_prompt is not False
-    rendered = await render_chat(
-        server, req.messages, add_generation_prompt=add_generation_prompt,
+    renderer = state.renderer
+    rendered = await renderer.render_chat(
+        renderer.parse_messages(req.messages), add_generation_prompt=add_generation_prompt,
         continue_final_message=req.continue_final_message,
         kwargs=template_kwargs(req.chat_template_kwargs, documents=req.documents,
                                reasoning_effort=req.reasoning_effort),
@@ -413,63 +287,30 @@ async def create_chat_completion(server: "Server", request: web.Request) -> web.
     fields["logprobs"] = req.top_logprobs if req.logprobs else None
     if req.prompt_logprobs is None and req.echo:
         fields["prompt_logprobs"] = req.top_logprobs
-    model = server.model
+    model = state.model
     max_tokens = get_max_tokens(max_model_len, requested, len(prompt_ids),
                                 model.default_sampling)
     params = build_sampling_params(model, fields, max_tokens=max_tokens,
                                    stream=bool(req.stream))
     rid = request_id_for(request, req.request_id)
-    group = Group(f"chatcmpl-{rid}", stream=bool(req.stream), max_pending=server.max_pending)
+    group = Group(f"chatcmpl-{rid}", stream=bool(req.stream),
+                  max_pending=state.config.max_stream_buffer)
     for j in range(params.n):
-        server.table.add_choice(group, index=j, prompt_index=0, prompt_token_ids=prompt_ids,
-                                params=child_params(params, j))
-    view = ChatView(server, req, group, served, rendered, add_generation_prompt)
-    return await serve_group(server, request, group, view, priority=req.priority,
+        state.table.add_choice(group, index=j, prompt_index=0, prompt_token_ids=prompt_ids,
+                               params=child_params(params, j))
+    view = ChatView(state, req, group, served, rendered, add_generation_prompt)
+    return await serve_group(state, request, group, view, priority=req.priority,
                              cache_salt=req.cache_salt)
 
 
 # ---------------------------------------------------------------------------- responses
 
-def chat_logprobs(token_ids: list[int], positions: list[Position | None], num_top: int,
-                  as_token_ids: bool) -> dict:
-    """``{"content": [{token, logprob, bytes, top_logprobs: [...]}]}`` (vLLM's format).
-
-    ``top_logprobs`` holds the first ``num_top`` entries of the position (the
-    sampled token first); a token that ended in a partial UTF-8 character has
-    the text ``""`` and no bytes.
-    """
-    content = []
-    for i, token_id in enumerate(token_ids):
-        pos = positions[i] if i < len(positions) else None
-        entry = pos.get(token_id) if pos else None
-        if entry is None:
-            token = f"token_id:{token_id}" if as_token_ids else ""
-            content.append({"token": token, "logprob": LOGPROB_FLOOR,
-                            "bytes": list(token.encode("utf-8", errors="replace")),
-                            "top_logprobs": []})
-            continue
-        lp, _, text = entry
-        top = []
-        for k, (tid, (v, _, t)) in enumerate(pos.items()):
-            if num_top != -1 and k >= num_top:
-                break
-            t = f"token_id:{tid}" if as_token_ids else t
-            top.append({"token": t, "logprob": max(v, LOGPROB_FLOOR),
-                        "bytes": list(t.encode("utf-8", errors="replace"))})
-        content.append({
-            "token": f"token_id:{token_id}" if as_token_ids else text,
-            "logprob": max(lp, LOGPROB_FLOOR),
-            "bytes": list(text.encode("utf-8", errors="replace")),
-            "top_logprobs": top})
-    return {"content": content}
-
-
 class ChatView:
     """Turns a group's choices into OpenAI chat completion JSON."""
 
-    def __init__(self, server: "Server", req: ChatCompletionRequest, group: Group,
+    def __init__(self, state: AppState, req: ChatCompletionRequest, group: Group,
                  served: str, rendered: RenderedChat, add_generation_prompt: bool) -> None:
-        self.server = server
+        self.state = state
         self.req = req
         self.group = group
         self.model_name = served
@@ -526,7 +367,7 @@ class ChatView:
             "model": self.model_name,
             "choices": choices,
             "service_tier": None,
-            "system_fingerprint": self.server.system_fingerprint,
+            "system_fingerprint": self.state.system_fingerprint,
             "usage": usage_dict(len(prompt_ids), num_generated, details=True),
             "prompt_logprobs": prompt_logprobs_json(
                 first.logprobs.prompt if first.logprobs else None),
@@ -539,11 +380,11 @@ class ChatView:
 
     # ------------------------------------------------------------ streaming
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        group, server = self.group, self.server
-        self.include_usage, self.continuous = stream_usage_flags(self.req.stream_options,
-                                                                 server.force_include_usage)
+        group, state = self.group, self.state
+        self.include_usage, self.continuous = stream_usage_flags(
+            self.req.stream_options, state.config.force_include_usage)
         self.emitted = [0] * len(group.choices)
-        prefix = server.json({"id": group.request_id, "object": "chat.completion.chunk",
+        prefix = state.json({"id": group.request_id, "object": "chat.completion.chunk",
                               "created": self.created, "model": self.model_name})[:-1]
         self.head = b"data: " + prefix + b',"choices":[{"index":'
         self.num_prompt = len(self.rendered.token_ids)
@@ -563,15 +404,15 @@ class ChatView:
     def _closing(self) -> bytes | None:
         if not self.include_usage:
             return None
-        return self.server.json({
+        return self.state.json({
             "id": self.group.request_id, "object": "chat.completion.chunk",
             "created": self.created, "model": self.model_name, "choices": [],
             "usage": usage_dict(self.num_prompt, sum(self.emitted)),
-            "system_fingerprint": self.server.system_fingerprint})
+            "system_fingerprint": self.state.system_fingerprint})
 
     def _opening_chunks(self, head: bytes, num_prompt: int, continuous: bool) -> bytes:
         """One role chunk per choice (then the echo chunks), as vLLM sends them."""
-        json = self.server.json
+        json = self.state.json
         usage = (b',"usage":' + json({**usage_dict(num_prompt, 0),
                                       "completion_tokens_details": None})
                  if continuous else b"")
@@ -595,7 +436,7 @@ class ChatView:
         if not d.text and not d.token_ids and not emitted[i]:
             return None  # nothing yet (vLLM skips these, even a bare finish)
         emitted[i] += len(d.token_ids)
-        json = self.server.json
+        json = self.state.json
         finished = d.finish_reason is not None
         body: dict[str, Any] = {
             "delta": {"content": d.text},
@@ -610,5 +451,5 @@ class ChatView:
             tail += b',"usage":' + json({**usage_dict(num_prompt, emitted[i]),
                                          "completion_tokens_details": None})
         if finished and not include_usage:
-            tail += b',"system_fingerprint":' + json(self.server.system_fingerprint)
+            tail += b',"system_fingerprint":' + json(self.state.system_fingerprint)
         return head + str(i).encode() + b"," + json(body)[1:-1] + tail + b"}\n\n"

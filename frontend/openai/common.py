@@ -1,27 +1,21 @@
-"""Pieces shared by the OpenAI-style routes: body decoding, ids, usage, logprobs JSON,
-and running a request's group."""
+"""Pieces shared by the OpenAI-style routes: body decoding, ids, usage, and
+running a request's group."""
 
 from __future__ import annotations
 
 import json
 import secrets
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
-from frontend.errors import ApiError, from_msgspec, from_validation, schema_error
+from frontend.errors import ApiError, from_msgspec, from_validation
 from frontend.fanout import Group
-from frontend.text import Position
+from frontend.state import AppState
 from protocol.errors import ValidationError
 
-if TYPE_CHECKING:
-    from frontend.model import ModelInfo
-    from frontend.server import Server
-
 T = TypeVar("T")
-
-LOGPROB_FLOOR = -9999.0  # OpenAI's JSON-safe stand-in for -inf
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
@@ -105,74 +99,35 @@ def usage_dict(prompt_tokens: int, completion_tokens: int, *, details: bool = Fa
     return usage
 
 
-def completion_logprobs(model: "ModelInfo", token_ids: list[int],
-                        positions: list[Position | None], num_top: int,
-                        all_alternatives: bool, initial_offset: int,
-                        as_token_ids: bool) -> dict:
-    """The completions ``logprobs`` object for ``token_ids`` and their positions.
-
-    ``top_logprobs`` holds the sampled token plus the top ``num_top`` (keyed by
-    text, so equal texts collapse); a position without logprobs (the first
-    prompt token) gives nulls and the token's plain decoding.
-    """
-    offsets: list[int] = []
-    token_logprobs: list[float | None] = []
-    tokens: list[str] = []
-    top: list[dict[str, float] | None] = []
-    last_len = 0
-    for i, token_id in enumerate(token_ids):
-        pos = positions[i] if i < len(positions) else None
-        if pos is None:
-            token = f"token_id:{token_id}" if as_token_ids else model.decode([token_id])
-            token_logprobs.append(None)
-            top.append(None)
-        else:
-            lp, _, text = pos[token_id]
-            token = f"token_id:{token_id}" if as_token_ids else text
-            token_logprobs.append(max(lp, LOGPROB_FLOOR))
-            top.append({
-                (f"token_id:{tid}" if as_token_ids else t): max(v, LOGPROB_FLOOR)
-                for k, (tid, (v, _, t)) in enumerate(pos.items())
-                if all_alternatives or num_top == -1 or num_top >= k
-            })
-        tokens.append(token)
-        offsets.append(initial_offset if not offsets else offsets[-1] + last_len)
-        last_len = len(token)
-    return {"text_offset": offsets, "token_logprobs": token_logprobs, "tokens": tokens,
-            "top_logprobs": top}
+def as_n(value: Any) -> int:
+    """``n`` from a skeleton parse, for admission only: anything odd counts 1
+    (the handler then answers with the proper validation error)."""
+    if isinstance(value, bool):
+        return 1
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return 1
+    return n if n >= 1 else 1
 
 
-def prompt_logprobs_json(positions: list[Position | None] | None) -> list | None:
-    """``prompt_logprobs``: null first, then ``{"<id>": {logprob, rank, decoded_token}}``."""
-    if positions is None:
-        return None
-    return [None if p is None else {
-        str(tid): {"logprob": max(lp, LOGPROB_FLOOR), "rank": rank, "decoded_token": text}
-        for tid, (lp, rank, text) in p.items()} for p in positions]
-
-
-def ensure_list_of_ints(value: object, param: str) -> list[int]:
-    if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise schema_error(f"{param} must be a list of integers", f"body.{param}")
-    return value
-
-
-async def serve_group(server: "Server", request: web.Request, group: Group, view,
+async def serve_group(state: AppState, request: web.Request, group: Group, view,
                       *, priority: int, cache_salt: str | None) -> web.StreamResponse:
     """Send the group's engine requests, then stream them or answer once all are
     done. Whatever happens, the group is released: unfinished engine requests
     are aborted (client gone, error) and its table entries freed."""
+    table = state.table
     try:
         try:
-            server.table.submit(group, priority=priority, cache_salt=cache_salt)
+            table.submit(group, priority=priority, cache_salt=cache_salt)
         except ValidationError as e:
             raise from_validation(e) from e
         if group.stream:
             return await view.stream(request)
         await group.wait_done()
-        server.raise_if_failed(group)
-        return web.Response(body=server.json(view.full_response()),
+        if group.error is not None:
+            raise group.error
+        return web.Response(body=state.json(view.full_response()),
                             content_type="application/json")
     finally:
-        server.table.release(group)
+        table.release(group)

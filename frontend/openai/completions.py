@@ -8,7 +8,7 @@ most one usage chunk and exactly one ``[DONE]``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 from aiohttp import web
@@ -17,15 +17,15 @@ from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai.common import (
     StreamOptions,
-    completion_logprobs,
+    as_n,
     decode_body,
-    prompt_logprobs_json,
     request_id_for,
     serve_group,
     stream_usage_flags,
     usage_dict,
     validate_cache_salt,
 )
+from frontend.openai.logprobs import completion_logprobs, prompt_logprobs_json
 from frontend.openai.sampling import (
     build_sampling_params,
     check_max_output_tokens,
@@ -33,10 +33,8 @@ from frontend.openai.sampling import (
     get_max_tokens,
 )
 from frontend.openai.sse import stream_group
+from frontend.state import AppState
 from protocol.errors import ValidationError
-
-if TYPE_CHECKING:
-    from frontend.server import Server
 
 MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS
 # The rest of a mid-stream chunk that carries only text (same keys as _chunk's).
@@ -200,14 +198,47 @@ def _is_token(value: Any) -> bool:
     return _is_int(value) and value >= 0
 
 
-async def create_completion(server: "Server", request: web.Request) -> web.StreamResponse:
+class _Skeleton(msgspec.Struct):
+    prompt: msgspec.Raw = msgspec.Raw(b"null")
+    n: Any = 1
+
+
+_skeleton = msgspec.json.Decoder(_Skeleton)
+_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def count_choices(body: bytes) -> int:
+    """``len(prompts) * n`` for admission control, without decoding the prompts."""
+    try:
+        req = _skeleton.decode(body)
+    except msgspec.DecodeError:
+        return 1
+    return _count_prompts(bytes(req.prompt)) * as_n(req.n)
+
+
+def _count_prompts(raw: bytes) -> int:
+    raw = raw.lstrip()
+    if not raw.startswith(b"["):
+        return 1
+    try:
+        items = _raw_list.decode(raw)
+    except msgspec.DecodeError:
+        return 1
+    if not items:
+        return 1
+    head = bytes(items[0]).lstrip()[:1]
+    # A list of strings or of token lists is a batch; a list of ints is one prompt.
+    return len(items) if head in (b'"', b"[") else 1
+
+
+async def create_completion(state: AppState, request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, CompletionRequest)
     validate_request(req)
-    served = server.resolve_model(req.model)
+    served = state.resolve_model(req.model)
     prompts = split_prompts(req.prompt)
-    max_model_len = server.max_model_len
+    max_model_len = state.max_model_len
     check_max_output_tokens(req.max_tokens, max_model_len)
-    rendered = await server.renderer.render_prompts(
+    rendered = await state.renderer.render_prompts(
         prompts, add_special_tokens=req.add_special_tokens,
         truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side,
         detokenize=bool(req.echo) and not req.return_token_ids)
@@ -218,8 +249,9 @@ async def create_completion(server: "Server", request: web.Request) -> web.Strea
     if req.logprob_token_ids:
         fields["logprobs"] = None
     rid = request_id_for(request, req.request_id)
-    group = Group(f"cmpl-{rid}", stream=bool(req.stream), max_pending=server.max_pending)
-    model = server.model
+    group = Group(f"cmpl-{rid}", stream=bool(req.stream),
+                  max_pending=state.config.max_stream_buffer)
+    model = state.model
     for p_idx, (ids, _) in enumerate(rendered):
         max_tokens = get_max_tokens(max_model_len, req.max_tokens, len(ids),
                                     model.default_sampling)
@@ -227,19 +259,19 @@ async def create_completion(server: "Server", request: web.Request) -> web.Strea
             model, fields, max_tokens=1 if echo_without_generation else max_tokens,
             stream=bool(req.stream))
         for j in range(req.n):
-            server.table.add_choice(group, index=p_idx * req.n + j, prompt_index=p_idx,
-                                    prompt_token_ids=ids, params=child_params(params, j))
-    view = CompletionView(server, req, group, served, rendered)
-    return await serve_group(server, request, group, view, priority=req.priority,
+            state.table.add_choice(group, index=p_idx * req.n + j, prompt_index=p_idx,
+                                   prompt_token_ids=ids, params=child_params(params, j))
+    view = CompletionView(state, req, group, served, rendered)
+    return await serve_group(state, request, group, view, priority=req.priority,
                              cache_salt=req.cache_salt)
 
 
 class CompletionView:
     """Turns a group's choices into OpenAI completion JSON."""
 
-    def __init__(self, server: "Server", req: CompletionRequest, group: Group,
+    def __init__(self, state: AppState, req: CompletionRequest, group: Group,
                  served: str, rendered: list[tuple[list[int], str]]) -> None:
-        self.server = server
+        self.state = state
         self.req = req
         self.group = group
         self.model_name = served
@@ -254,7 +286,7 @@ class CompletionView:
         if text is None:
             # A token prompt: vLLM echoes its decoding (needs_detokenization),
             # special tokens kept.
-            text = self.server.model.decode(ids)
+            text = self.state.model.decode(ids)
         return text
 
     def full_response(self) -> dict:
@@ -279,7 +311,7 @@ class CompletionView:
             logprobs = None
             if req.logprobs is not None:
                 logprobs = completion_logprobs(
-                    self.server.model, token_ids, positions or [], req.logprobs,
+                    self.state.model, token_ids, positions or [], req.logprobs,
                     bool(req.logprob_token_ids), 0, bool(req.return_tokens_as_token_ids))
             choices.append({
                 "index": choice.index,
@@ -301,7 +333,7 @@ class CompletionView:
             "model": self.model_name,
             "choices": choices,
             "service_tier": None,
-            "system_fingerprint": self.server.system_fingerprint,
+            "system_fingerprint": self.state.system_fingerprint,
             "usage": usage_dict(num_prompt, num_generated, details=True),
             "kv_transfer_params": None,
             "ec_transfer_params": None,
@@ -315,14 +347,14 @@ class CompletionView:
 
     def start_stream(self) -> None:
         """Per-stream state and the byte prefix every chunk shares."""
-        group, server = self.group, self.server
+        group, state = self.group, self.state
         self.include_usage, self.continuous = stream_usage_flags(
-            self.req.stream_options, server.force_include_usage)
+            self.req.stream_options, state.config.force_include_usage)
         n_choices = len(group.choices)
         self.text_offsets = [0] * n_choices
         self.emitted = [0] * n_choices
         self.started = [False] * n_choices
-        prefix = server.json({"id": group.request_id, "object": "text_completion",
+        prefix = state.json({"id": group.request_id, "object": "text_completion",
                               "created": self.created, "model": self.model_name})[:-1]
         self.head = b'data: ' + prefix + b',"choices":[{"index":'
         self.index_bytes = [str(i).encode() for i in range(n_choices)]
@@ -337,20 +369,20 @@ class CompletionView:
         if not self.include_usage:
             return None
         num_prompt = sum(len(ids) for ids, _ in self.rendered)
-        return self.server.json({
+        return self.state.json({
             "id": self.group.request_id, "object": "text_completion",
             "created": self.created, "model": self.model_name, "choices": [],
             "usage": usage_dict(num_prompt, sum(self.emitted)),
-            "system_fingerprint": self.server.system_fingerprint})
+            "system_fingerprint": self.state.system_fingerprint})
 
     def _chunk(self, d: Delta) -> bytes:
         c: Choice = d.choice
         i = c.index
         if self.plain and d.finish_reason is None and self.started[i]:
             self.emitted[i] += len(d.token_ids)
-            return (self.head + self.index_bytes[i] + b',"text":' + self.server.json(d.text)
+            return (self.head + self.index_bytes[i] + b',"text":' + self.state.json(d.text)
                     + PLAIN_CHUNK_TAIL)
-        req, server = self.req, self.server
+        req, state = self.req, self.state
         text, token_ids, positions = d.text, d.token_ids, d.logprobs
         prompt_ids_out = None
         text_offsets, emitted, started = self.text_offsets, self.emitted, self.started
@@ -372,7 +404,7 @@ class CompletionView:
         logprobs = None
         if req.logprobs is not None:
             logprobs = completion_logprobs(
-                server.model, token_ids, positions or [], req.logprobs,
+                state.model, token_ids, positions or [], req.logprobs,
                 bool(req.logprob_token_ids), text_offsets[i],
                 bool(req.return_tokens_as_token_ids))
             if logprobs["tokens"]:
@@ -388,7 +420,7 @@ class CompletionView:
         tail = b"}]"
         if self.continuous:
             prompt_tokens = len(c.prompt_token_ids)
-            tail += b',"usage":' + server.json(usage_dict(prompt_tokens, emitted[i]))
+            tail += b',"usage":' + state.json(usage_dict(prompt_tokens, emitted[i]))
         if d.finish_reason is not None and not self.include_usage:
-            tail += b',"system_fingerprint":' + server.json(server.system_fingerprint)
-        return self.head + self.index_bytes[i] + b"," + server.json(body)[1:-1] + tail + b"}\n\n"
+            tail += b',"system_fingerprint":' + state.json(state.system_fingerprint)
+        return self.head + self.index_bytes[i] + b"," + state.json(body)[1:-1] + tail + b"}\n\n"

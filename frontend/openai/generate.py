@@ -8,39 +8,35 @@ ignored n).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 from aiohttp import web
 
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
+from frontend.model import ModelInfo
 from frontend.openai.common import (
-    LOGPROB_FLOOR,
     StreamOptions,
+    as_n,
     decode_body,
-    prompt_logprobs_json,
     request_id_for,
     serve_group,
     stream_usage_flags,
     usage_dict,
     validate_cache_salt,
 )
-from frontend.openai.sampling import bad_words_token_ids, child_params, get_max_tokens
+from frontend.openai.logprobs import (
+    generate_text_logprobs,
+    generate_token_logprobs,
+    prompt_logprobs_json,
+)
+from frontend.openai.sampling import child_params, finalize, get_max_tokens
 from frontend.openai.sse import stream_group
+from frontend.state import AppState
 from frontend.text import Position
 from protocol.errors import ValidationError
-from protocol.sampling import (
-    OutputKind,
-    RepetitionDetection,
-    SamplingParams,
-    apply_generation_config,
-    check,
-    normalize,
-)
-
-if TYPE_CHECKING:
-    from frontend.server import Server
+from protocol.sampling import OutputKind, RepetitionDetection, SamplingParams
 
 
 class GenerateSamplingParams(msgspec.Struct, kw_only=True):
@@ -86,19 +82,23 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     priority: int = 0
 
 
-def to_engine_params(sp: GenerateSamplingParams, server: "Server",
+def to_engine_params(sp: GenerateSamplingParams, model: ModelInfo,
                      stream: bool) -> SamplingParams:
     """vLLM's SamplingParams from the body, validated as its constructor does
     while the body is parsed; ``max_tokens`` stays None if the client left it
-    out (the server default needs the prompt length; ``create_generate`` sets it)."""
+    out (the server default needs the prompt length; ``create_generate`` sets it).
+
+    vLLM validates SamplingParams while parsing the body, but its
+    VLLMValidationError is no ValueError: pydantic lets it through, and the
+    client gets a BadRequestError, not a schema error (so does ours).
+    """
     stop = [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])
-    max_tokens = sp.max_tokens
     params = SamplingParams(
         n=sp.n, presence_penalty=sp.presence_penalty, frequency_penalty=sp.frequency_penalty,
         repetition_penalty=sp.repetition_penalty, temperature=sp.temperature,
         top_p=sp.top_p, top_k=sp.top_k, min_p=sp.min_p, seed=sp.seed, stop=stop,
         stop_token_ids=list(sp.stop_token_ids or []), ignore_eos=sp.ignore_eos,
-        max_tokens=max_tokens, min_tokens=sp.min_tokens, logprobs=sp.logprobs,
+        max_tokens=sp.max_tokens, min_tokens=sp.min_tokens, logprobs=sp.logprobs,
         prompt_logprobs=sp.prompt_logprobs, detokenize=sp.detokenize,
         skip_special_tokens=sp.skip_special_tokens,
         spaces_between_special_tokens=sp.spaces_between_special_tokens,
@@ -108,22 +108,7 @@ def to_engine_params(sp: GenerateSamplingParams, server: "Server",
         allowed_token_ids=sp.allowed_token_ids,
         bad_words=list(sp.bad_words or []), repetition_detection=sp.repetition_detection,
         watermarking=False)
-    normalize(params)
-    try:
-        check(params)
-    except ValidationError as e:
-        # vLLM validates SamplingParams while parsing the body, but its
-        # VLLMValidationError is no ValueError: pydantic lets it through, and the
-        # client gets a BadRequestError, not a schema error.
-        raise from_validation(e) from e
-    if params.temperature < 1e-5:
-        params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
-    if params.bad_words:
-        params.bad_words_token_ids = bad_words_token_ids(server.model, params.bad_words)
-    apply_generation_config(params, eos_token_id=server.model.eos_token_id,
-                            generation_eos_ids=server.model.generation_eos_ids)
-    params.skip_reading_prefix_cache = params.prompt_logprobs is not None
-    return params
+    return finalize(params, model)
 
 
 def check_prompt_len(prompt_len: int, max_model_len: int) -> None:
@@ -142,7 +127,27 @@ def check_prompt_len(prompt_len: int, max_model_len: int) -> None:
             "number of text tokens (prompt + requested output tokens)."))
 
 
-async def create_generate(server: "Server", request: web.Request) -> web.StreamResponse:
+class _SkeletonParams(msgspec.Struct):
+    n: Any = 1
+
+
+class _Skeleton(msgspec.Struct):
+    sampling_params: _SkeletonParams | None = None
+
+
+_skeleton = msgspec.json.Decoder(_Skeleton)
+
+
+def count_choices(body: bytes) -> int:
+    """``sampling_params.n`` for admission control, from a skeleton parse."""
+    try:
+        params = _skeleton.decode(body).sampling_params
+    except msgspec.DecodeError:
+        return 1
+    return as_n(params.n) if params else 1
+
+
+async def create_generate(state: AppState, request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, GenerateRequest)
     if not req.token_ids:
         raise schema_error("List should have at least 1 item after validation, not 0",
@@ -152,76 +157,34 @@ async def create_generate(server: "Server", request: web.Request) -> web.StreamR
                            "body.token_ids")
     # (vLLM's GenerateRequest has no stream_options check: it is ignored
     # without stream.)
-    params = to_engine_params(req.sampling_params, server, bool(req.stream))
+    params = to_engine_params(req.sampling_params, state.model, bool(req.stream))
     validate_cache_salt(req.cache_salt)
-    served = server.resolve_model(req.model)
-    max_num_seqs = server.ready.max_num_seqs if server.ready else 0
+    served = state.resolve_model(req.model)
+    max_num_seqs = state.ready.max_num_seqs if state.ready else 0
     if max_num_seqs and req.sampling_params.n > max_num_seqs:
         raise ApiError(f"sampling_params.n must be at most the server's max_num_seqs "
                        f"({max_num_seqs}), got {req.sampling_params.n}.")
-    server.renderer.check_vocab(req.token_ids)
+    state.renderer.check_vocab(req.token_ids)
     prompt_len = len(req.token_ids)
     if params.max_tokens is None:  # server-side default: the rest of the context
-        params.max_tokens = get_max_tokens(server.max_model_len, None, prompt_len,
-                                           server.model.default_sampling)
-    check_prompt_len(prompt_len, server.max_model_len)
+        params.max_tokens = get_max_tokens(state.max_model_len, None, prompt_len,
+                                           state.model.default_sampling)
+    check_prompt_len(prompt_len, state.max_model_len)
     rid = request_id_for(request, req.request_id)
     group = Group(f"generate-tokens-{rid}", stream=bool(req.stream),
-                  max_pending=server.max_pending)
+                  max_pending=state.config.max_stream_buffer)
     for j in range(params.n):
-        server.table.add_choice(group, index=j, prompt_index=0,
-                                prompt_token_ids=req.token_ids, params=child_params(params, j))
-    view = GenerateView(server, req, group, served)
-    return await serve_group(server, request, group, view, priority=req.priority,
+        state.table.add_choice(group, index=j, prompt_index=0,
+                               prompt_token_ids=req.token_ids, params=child_params(params, j))
+    view = GenerateView(state, req, group, served)
+    return await serve_group(state, request, group, view, priority=req.priority,
                              cache_salt=req.cache_salt)
 
 
-def tokens_logprobs(token_ids: list[int], positions: list[Position], num_top: int) -> dict:
-    """``{"content": [{token_id, logprob, rank, top_logprobs: [...]}]}``."""
-    content = []
-    for i, token_id in enumerate(token_ids):
-        pos = positions[i] if i < len(positions) else None
-        entry = pos.get(token_id) if pos else None
-        if entry is None:
-            content.append({"token_id": token_id, "logprob": LOGPROB_FLOOR, "rank": None,
-                            "top_logprobs": []})
-            continue
-        lp, rank, _ = entry
-        content.append({
-            "token_id": token_id, "logprob": max(lp, LOGPROB_FLOOR), "rank": rank or None,
-            "top_logprobs": [
-                {"token_id": tid, "logprob": max(v, LOGPROB_FLOOR), "rank": r or None}
-                for k, (tid, (v, r, _)) in enumerate(pos.items())
-                if num_top == -1 or k < max(num_top, 1)]})
-    return {"content": content}
-
-
-def text_logprobs(token_ids: list[int], positions: list[Position], num_top: int) -> dict:
-    """Chat-format logprobs for ``output_mode: "text"``."""
-    content = []
-    for i, token_id in enumerate(token_ids):
-        pos = positions[i] if i < len(positions) else None
-        entry = pos.get(token_id) if pos else None
-        if entry is None:
-            content.append({"token": f"token_id:{token_id}", "logprob": LOGPROB_FLOOR,
-                            "bytes": None, "top_logprobs": []})
-            continue
-        lp, _, text = entry
-        content.append({
-            "token": text, "logprob": max(lp, LOGPROB_FLOOR),
-            "bytes": list(text.encode("utf-8", errors="replace")),
-            "top_logprobs": [
-                {"token": t, "logprob": max(v, LOGPROB_FLOOR),
-                 "bytes": list(t.encode("utf-8", errors="replace"))}
-                for k, (tid, (v, _, t)) in enumerate(pos.items())
-                if num_top == -1 or k < max(num_top, 1)]})
-    return {"content": content}
-
-
 class GenerateView:
-    def __init__(self, server: "Server", req: GenerateRequest, group: Group,
+    def __init__(self, state: AppState, req: GenerateRequest, group: Group,
                  served: str) -> None:
-        self.server = server
+        self.state = state
         self.req = req
         self.group = group
         self.model_name = served
@@ -231,7 +194,7 @@ class GenerateView:
     def _logprobs(self, token_ids: list[int], positions: list[Position] | None) -> Any:
         if self.num_top is None:
             return None
-        make = text_logprobs if self.text_mode else tokens_logprobs
+        make = generate_text_logprobs if self.text_mode else generate_token_logprobs
         return make(token_ids, positions or [], self.num_top)
 
     def _choice(self, index: int, finish: str | None, stop_reason: Any,
@@ -282,7 +245,7 @@ class GenerateView:
         return await stream_group(request, self.group, self._render, self._closing)
 
     def _render(self, deltas: list[Delta]) -> bytes:
-        server, group, req = self.server, self.group, self.req
+        state, group, req = self.state, self.group, self.req
         out = []
         for d in deltas:
             c: Choice = d.choice
@@ -303,13 +266,13 @@ class GenerateView:
             chunk["choices"] = [self._choice(
                 c.index, d.finish_reason, d.stop_reason, d.token_ids, d.logprobs,
                 c.weight_spans() if d.finish_reason else None, d.text)]
-            out.append(b"data: " + server.json(chunk) + b"\n\n")
+            out.append(b"data: " + state.json(chunk) + b"\n\n")
         return b"".join(out)
 
     def _closing(self) -> bytes | None:
         if not self.include_usage:
             return None
-        return self.server.json({
+        return self.state.json({
             "request_id": self.group.request_id,
             "usage": usage_dict(len(self.req.token_ids), sum(self.generated)),
             "output_mode": self.req.output_mode, "choices": []})

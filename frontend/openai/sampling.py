@@ -136,9 +136,16 @@ def build_sampling_params(model: ModelInfo, fields: dict[str, Any], *, max_token
         )
     except msgspec.ValidationError as e:
         raise ApiError(str(e)) from e
+    return finalize(params, model)
+
+
+def finalize(params: SamplingParams, model: ModelInfo) -> SamplingParams:
+    """What vLLM does to every SamplingParams after building it: its
+    ``__post_init__`` rules (a 400 on a bad value, never an engine crash),
+    the greedy reset, bad words as token ids, the model's EOS ids."""
     normalize(params)
     try:
-        check(params)  # SamplingParams.__post_init__ rules
+        check(params)
     except ValidationError as e:
         raise from_validation(e) from e
     if params.temperature < 1e-5:  # greedy: the engine ignores these anyway

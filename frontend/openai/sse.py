@@ -6,9 +6,10 @@ streaming handler installs a *sink* on its group: the fan-out table calls it
 once per engine step with that step's deltas, the view formats them, and the
 bytes go to the socket right there, framed as one HTTP chunk. Only a client
 that does not keep up (the transport's buffer is full) makes bytes queue; then
-the handler coroutine is woken to write the backlog as the client reads, and
-more than ``--max-stream-buffer`` bytes waiting for the client abort the
-request (slow consumer), dropping what was queued.
+the handler coroutine is woken to write the backlog as the client reads (the
+transport's write-drain tells it when), and more than ``--max-stream-buffer``
+bytes waiting for the client abort the request (slow consumer), dropping what
+was queued.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import logging
 import socket
 from typing import Callable
 
-import msgspec
 from aiohttp import web
 
-from frontend.fanout import Delta, Group, RequestFailed
+from frontend.errors import ApiError, internal_error, sse_error_event
+from frontend.fanout import Delta, Group
 
 log = logging.getLogger("frontend.sse")
 
@@ -51,6 +52,11 @@ class SseWriter:
             self._chunked = True
         await self.response.prepare(self.request)
         self._transport = self.request.transport
+        if self._transport is not None:
+            # The transport pauses the protocol above this many bytes and
+            # resumes it once the client has read most of them: what
+            # flush() waits for.
+            self._transport.set_write_buffer_limits(high=DIRECT_WRITE_LIMIT)
         # Linux grows a socket's send buffer to megabytes by itself, which
         # would hide a client that does not read; a fixed size keeps the lag
         # visible in the transport's buffer (still ample for token streams).
@@ -90,27 +96,22 @@ class SseWriter:
             self.backlog, self.backlog_bytes = [], 0
 
     def _dropping(self) -> bool:
-        error = self.group.error
-        return error is not None and error.drop_unsent
+        return self.group.drop_unsent
 
     async def _writable(self) -> None:
-        # aiohttp drains by its own count of bytes, which misses ours: wait on
-        # the transport itself. Meanwhile new steps queue up (and too many
-        # bytes waiting abort the request).
+        # aiohttp drains by its own count of bytes, which misses ours: wait for
+        # the transport's resume_writing instead. Meanwhile new steps queue up
+        # (and too many bytes waiting abort the request).
         transport = self._transport
-        while (transport is not None and not transport.is_closing()
-               and transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT
-               and not self._dropping()):
-            await asyncio.sleep(0.01)
+        if (transport is not None and not transport.is_closing()
+                and transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT):
+            await self.request.writer.drain()
 
     async def write_event(self, payload: bytes) -> None:
         await self.response.write(b"data: " + payload + b"\n\n")
 
-    async def write_error(self, error: RequestFailed) -> None:
-        # vLLM formats stream errors with json.dumps (spaces after separators).
-        body = {"error": {"message": error.message, "type": error.err_type,
-                          "param": None, "code": error.status}}
-        await self.write_event(msgspec.json.encode(body))
+    async def write_error(self, error: ApiError) -> None:
+        await self.response.write(sse_error_event(error))
 
     async def done(self) -> None:
         await self.response.write(DONE)
@@ -140,7 +141,7 @@ async def stream_group(request: web.Request, group: Group,
     except Exception:
         # The 200 is out: an error can only be reported in the stream.
         log.exception("stream %s failed", group.request_id)
-        group.error = group.error or RequestFailed("Internal server error")
+        group.error = group.error or internal_error()
     finally:
         group.sink = None
     if group.error is not None:

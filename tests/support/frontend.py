@@ -31,6 +31,7 @@ import pytest
 
 from tests.support.mock_engine import free_port
 from tests.support.real_engine import REPO_ROOT, free_port_triple
+from tests.support.waits import wait_for
 
 BIN_DIR = Path(sys.executable).parent
 SERVED_NAME = "tiny"
@@ -84,14 +85,15 @@ class FrontendProcess:
 
     def wait_idle(self, timeout: float = IDLE_TIMEOUT_S) -> dict:
         """Until nothing is in flight: table empty and the engine has no work."""
-        deadline = time.monotonic() + timeout
         state: dict = {}
-        while time.monotonic() < deadline:
+
+        def idle() -> bool:
+            nonlocal state
             state = self.debug_state()
-            if state["table"] == 0 and state["engine_has_work"] is False:
-                return state
-            time.sleep(0.05)
-        raise AssertionError(f"frontend not idle after {timeout} s: {state}")
+            return state["table"] == 0 and state["engine_has_work"] is False
+
+        wait_for(idle, timeout, message=lambda: f"frontend not idle: {state}")
+        return state
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         if self.proc.poll() is None:

@@ -25,6 +25,7 @@ import pytest
 from tests.support.frontend import BIN_DIR, FrontendProcess
 from tests.support.mock_engine import free_port
 from tests.support.real_engine import REPO_ROOT, free_port_triple
+from tests.support.waits import wait_for
 
 
 class OpsStack:
@@ -48,14 +49,15 @@ class OpsStack:
 
     def wait_engine_idle(self, timeout: float = 10.0) -> dict:
         """Until the mock has nothing running or waiting; returns its stats."""
-        deadline = time.monotonic() + timeout
         stats: dict = {}
-        while time.monotonic() < deadline:
+
+        def idle() -> bool:
+            nonlocal stats
             stats = self.control().stats()
-            if stats["running"] == 0 and stats["waiting"] == 0:
-                return stats
-            time.sleep(0.05)
-        raise AssertionError(f"engine not idle after {timeout} s: {stats}")
+            return stats["running"] == 0 and stats["waiting"] == 0
+
+        wait_for(idle, timeout, message=lambda: f"engine not idle: {stats}")
+        return stats
 
     def stop(self) -> None:
         # The engine first, while the frontend still reads its last outputs: a
@@ -130,7 +132,7 @@ def start_ops_stack(tiny_model_dir, tmp_path) -> Iterator[Callable[..., OpsStack
         stack.stop()
 
 
-# ------------------------------------------------------------------ HTTP helpers
+# ------------------------------------------------------------------ aiohttp helpers
 def run(coro):
     return asyncio.run(coro)
 
@@ -166,25 +168,6 @@ def stream_tokens(events: list[Any]) -> int:
     """Tokens in a /v1/completions stream (return_token_ids must be on)."""
     return sum(len(c.get("token_ids") or []) for e in events if isinstance(e, dict)
                for c in e.get("choices", []))
-
-
-def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
-    """Prometheus text -> {(sample name, frozenset of label items): value}."""
-    from prometheus_client.parser import text_string_to_metric_families
-    samples: dict[tuple[str, frozenset], float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            samples[(s.name, frozenset(s.labels.items()))] = s.value
-    return samples
-
-
-def metric(samples: dict, name: str, **labels: str) -> float:
-    """One sample's value; labels must match exactly (absent sample: KeyError)."""
-    key = (name, frozenset(labels.items()))
-    if key not in samples:
-        near = sorted(str(dict(k[1])) for k in samples if k[0] == name)
-        raise KeyError(f"{name}{labels} not found; have {near}")
-    return samples[key]
 
 
 def sigterm(stack: OpsStack) -> None:

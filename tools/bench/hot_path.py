@@ -34,12 +34,14 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from frontend.fanout import Group, Table  # noqa: E402
-from frontend.metrics import EngineMetrics  # noqa: E402
 from frontend.model import load_model_info  # noqa: E402
 from frontend.openai.completions import CompletionRequest, CompletionView  # noqa: E402
 from frontend.openai.sampling import build_sampling_params  # noqa: E402
+from frontend.ops.metrics import EngineMetrics  # noqa: E402
+from frontend.render import Renderer  # noqa: E402
+from frontend.state import AppState, ServingConfig  # noqa: E402
 from protocol import wire  # noqa: E402
-from protocol.sampling import ModelLimits  # noqa: E402
+from protocol.handshake import ReadyResponse  # noqa: E402
 from tools.bench.prompts import make_prompts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,31 +60,34 @@ SCHEDULER_STATS = {  # the shape the engine sends on every step
 
 
 class NullEngine:
+    """An engine link that sends nothing."""
+
+    alive = True
+    death_reason = None
+    num_aborts_sent = 0
+
     def send_add(self, frame: list[bytes]) -> None:
         pass
 
     def abort(self, ids: list[str]) -> None:
         pass
 
+    async def call_utility(self, method: str, *args, timeout: float = 10.0):
+        return None
 
-class StubServer:
-    """What CompletionView reads from the server."""
 
-    def __init__(self, model) -> None:
-        self.model = model
-        self._json = msgspec.json.Encoder()
-        self.system_fingerprint = "vllm-0.32.0-hotpath"
-        self.force_include_usage = False
-
-    def json(self, value: object) -> bytes:
-        return self._json.encode(value)
+def make_state(model, max_model_len: int = 4096, observer=None) -> AppState:
+    """The application state the routes get, around a table with no engine."""
+    engine = NullEngine()
+    table = Table(engine, model, lambda: state.model_limits(), observer=observer)
+    state = AppState(model, ServingConfig(), engine, table, Renderer(model))
+    state.engine_attached(ReadyResponse(max_model_len=max_model_len, vllm_version="0.32.0"))
+    return state
 
 
 def setup(model, prompts: list[str], streams: int, max_tokens: int):
-    table = Table(NullEngine(), model,
-                  lambda: ModelLimits(vocab_size=model.vocab_size, max_model_len=4096),
-                  observer=EngineMetrics())
-    server = StubServer(model)
+    state = make_state(model, observer=EngineMetrics())
+    table = state.table
     sent = [0]
 
     def sink(view):
@@ -103,7 +108,7 @@ def setup(model, prompts: list[str], streams: int, max_tokens: int):
         choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                                   params=params)
         table.submit(group)
-        view = CompletionView(server, req, group, "tiny", [(ids, req.prompt)])
+        view = CompletionView(state, req, group, "tiny", [(ids, req.prompt)])
         view.start_stream()
         group.sink = sink(view)
         ids_by_group.append((choice.engine_id, ids))

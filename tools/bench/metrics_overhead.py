@@ -154,7 +154,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     import msgspec
 
     from frontend.fanout import Group, Table
-    from frontend.metrics import EngineMetrics
+    from frontend.ops.metrics import EngineMetrics
     from frontend.model import load_model_info
     from frontend.openai.completions import CompletionRequest
     from frontend.openai.sampling import build_sampling_params

@@ -56,7 +56,8 @@ from protocol import wire
 
 if TYPE_CHECKING:
     from frontend.fanout import Choice, Group
-    from frontend.server import Server
+    from frontend.ops.admission import LimitsState
+    from frontend.state import AppState
 
 # vllm/v1/metrics/buckets.py (0.32)
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
@@ -108,7 +109,8 @@ class Histogram:
 
 
 class EngineMetrics:
-    """The fan-out table's observer: per-step and per-choice aggregation only."""
+    """The fan-out table's observer (``fanout.TableObserver``): per-step and
+    per-choice aggregation only."""
 
     def __init__(self) -> None:
         self.prompt_tokens = 0
@@ -186,8 +188,8 @@ class EngineMetrics:
         self.cached_prompt_tokens += choice.num_cached_tokens
         self.e2e.observe(time.monotonic() - choice.group.arrival)
 
-    def on_abort(self, group: "Group", count: int) -> None:
-        pass  # counted where aborts are sent (EngineClient.num_aborts_sent)
+    def on_slow_consumer(self, group: "Group") -> None:
+        self.slow_consumer_aborts += 1
 
     def on_release(self, group: "Group") -> None:
         last, first = self._last, self._first
@@ -195,10 +197,6 @@ class EngineMetrics:
             rid = c.engine_id
             last.pop(rid, None)
             first.pop(rid, None)
-        error = group.error
-        # 503 is what the table fails a group with when its consumer lags.
-        if error is not None and error.status == 503 and group.stream:
-            self.slow_consumer_aborts += 1
 
     # -------------------------------------------------------- exposition
     def families(self, lv: list[str], created: float) -> Iterator[Metric]:
@@ -259,10 +257,12 @@ REJECT_REASONS = ("unauthorized", "body_too_large", "too_many_requests", "too_ma
 class Metrics:
     """Everything /metrics shows, in one registry of its own."""
 
-    def __init__(self, server: "Server", engine_stats: bool = True) -> None:
-        self.server = server
+    def __init__(self, state: "AppState", limits: "LimitsState",
+                 engine: EngineMetrics | None) -> None:
+        self.state = state
+        self.limits = limits
         self.created = time.time()
-        self.engine = EngineMetrics() if engine_stats else None
+        self.engine = engine  # None with --disable-log-stats
         self.http = HttpMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
@@ -270,17 +270,13 @@ class Metrics:
         GCCollector(registry=self.registry)
         self.registry.register(self)
 
-    @property
-    def observer(self) -> EngineMetrics | None:
-        return self.engine
-
     # -------------------------------------------------------- collector
     def describe(self) -> list:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        server = self.server
-        lv = [server.model.name, "0"]
+        state = self.state
+        lv = [state.model.name, "0"]
         if self.engine is not None:
             yield from self.engine.families(lv, self.created)
         http = self.http
@@ -296,7 +292,7 @@ class Metrics:
         c = CounterMetricFamily("vllm_frontend_engine_aborts",
                                 "Engine requests this frontend aborted (client gone, stop "
                                 "string, failed sibling, slow consumer, shutdown).")
-        c.add_metric([], getattr(server.engine, "num_aborts_sent", 0), created=self.created)
+        c.add_metric([], state.engine.num_aborts_sent, created=self.created)
         yield c
         c = CounterMetricFamily("vllm_frontend_rejected_requests",
                                 "Requests refused before any work, by reason.",
@@ -309,23 +305,21 @@ class Metrics:
                                     "Streams aborted because the client did not read them.")
             c.add_metric([], self.engine.slow_consumer_aborts, created=self.created)
             yield c
-        limits = getattr(server, "limits_state", None)
+        limits = self.limits
         for name, doc, value in (
                 ("vllm_frontend_open_streams", "Streaming responses being written.",
                  http.open_streams),
                 ("vllm_frontend_requests_in_flight",
-                 "Generation requests being handled (HTTP level).",
-                 limits.requests if limits else 0),
+                 "Generation requests being handled (HTTP level).", limits.requests),
                 ("vllm_frontend_choices_in_flight",
                  "Choices (prompts x n) of admitted generation requests (counted "
-                 "only with --max-concurrent-requests, which bounds it).",
-                 limits.choices if limits else 0),
+                 "only with --max-concurrent-requests, which bounds it).", limits.choices),
                 ("vllm_frontend_fanout_entries", "Engine requests in the fan-out table.",
-                 len(server.table)),
+                 len(state.table)),
                 ("vllm_frontend_engine_alive", "1 while an engine is attached and alive.",
-                 1 if server.engine.alive else 0),
+                 1 if state.engine.alive else 0),
                 ("vllm_frontend_draining", "1 once a SIGTERM started the drain.",
-                 1 if server.draining else 0)):
+                 1 if state.draining else 0)):
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], value)
             yield g
@@ -346,7 +340,7 @@ class Metrics:
                 raise
             except (asyncio.CancelledError, ConnectionResetError):
                 status = "499"  # nginx's "client closed request"
-                if not self.server.draining:
+                if not self.state.draining:
                     http.disconnects += 1
                 raise
             finally:

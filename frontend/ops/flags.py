@@ -1,36 +1,15 @@
-"""Operations wiring: flags, middlewares, /metrics, listeners, systemd, drain.
-
-``server.py`` stays about requests; everything an operator configures is
-assembled here:
-
-* :func:`add_arguments` / :func:`config_from_args`: the flags (vLLM's names
-  where vLLM has the feature);
-* :func:`middlewares`: request id -> metrics -> CORS -> API key -> limits,
-  outermost first (the error middleware comes last, innermost);
-* :func:`install`: ``GET /metrics`` and the response-prepare hooks;
-* :func:`start_sites`: TCP or Unix socket, with TLS, and the keep-alive timeout.
-"""
+"""The operator's flags (vLLM's names where vLLM has the feature) -> OpsConfig."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import re
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-
-from frontend import limits, security
-from frontend.metrics import Metrics
-
-if TYPE_CHECKING:
-    from frontend.server import Server
-
-log = logging.getLogger("frontend")
+from frontend.ops import security
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
@@ -153,69 +132,3 @@ def validate(config: OpsConfig) -> ssl.SSLContext | None:
     """Fail at start-up (exit 2) on inconsistent TLS flags; returns the context."""
     return security.ssl_context(config.ssl_certfile, config.ssl_keyfile, config.ssl_ca_certs,
                                 config.ssl_cert_reqs, config.ssl_ciphers)
-
-
-# --------------------------------------------------------------------- app
-def attach(server: "Server") -> None:
-    """Give the server what the middlewares and /metrics share: ``metrics``
-    (its ``observer`` goes to the fan-out table), ``limits_state``, ``cors``."""
-    ops: OpsConfig = server.config.ops
-    server.metrics = Metrics(server, engine_stats=not ops.disable_log_stats)
-    server.limits_state = limits.LimitsState(ops.max_concurrent_requests,
-                                             server.config.max_request_body)
-    server.cors = security.Cors(ops.allowed_origins, ops.allowed_methods, ops.allowed_headers,
-                                ops.allow_credentials)
-
-
-def middlewares(server: "Server") -> list[Any]:
-    ops: OpsConfig = server.config.ops
-    metrics: Metrics = server.metrics
-    chain: list[Any] = []
-    if ops.enable_request_id_headers:
-        chain.append(security.request_id_middleware())
-    chain.append(metrics.middleware())
-    chain.append(server.cors.middleware())
-    keys = security.ApiKeys(ops.api_keys)
-    if keys:
-        chain.append(security.api_key_middleware(keys, metrics.http.reject))
-    chain.append(limits.middleware(server.limits_state, server, metrics.http))
-    return chain
-
-
-def install(app: web.Application, server: "Server") -> None:
-    """``GET /metrics`` and the hooks that add headers as responses are prepared."""
-    app.router.add_get("/metrics", server.metrics.handle)
-    hooks = [server.metrics.on_response_prepare, server.cors.on_response_prepare]
-    if server.config.ops.enable_request_id_headers:
-        hooks.append(security.request_id_on_prepare)
-
-    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
-        for hook in hooks:
-            hook(request, response)
-    app.on_response_prepare.append(on_prepare)
-
-
-def runner_kwargs(server: "Server") -> dict[str, Any]:
-    # After the drain, handlers get this long to write their last bytes.
-    return {"keepalive_timeout": server.config.ops.timeout_keep_alive,
-            "shutdown_timeout": 2.0}
-
-
-async def start_sites(runner: web.AppRunner, server: "Server") -> str:
-    """Start the listener; returns where it listens, for the log."""
-    ops: OpsConfig = server.config.ops
-    ctx = validate(ops)
-    if ops.uds:
-        try:
-            if os.path.exists(ops.uds) and not os.path.isdir(ops.uds):
-                os.unlink(ops.uds)  # a stale socket from a previous run
-        except OSError:
-            pass
-        site = web.UnixSite(runner, ops.uds, ssl_context=ctx)
-        await site.start()
-        return f"unix:{ops.uds}" + (" (TLS)" if ctx else "")
-    site = web.TCPSite(runner, server.config.host, server.config.port, ssl_context=ctx,
-                       reuse_address=True)
-    await site.start()
-    scheme = "https" if ctx else "http"
-    return f"{scheme}://{server.config.host}:{server.config.port}"

@@ -1,5 +1,6 @@
 """HTTP helpers for the frontend tests: the ``openai`` client, plain JSON posts,
-SSE streams read to the end, and raw sockets that can hang up mid-request.
+SSE streams read to the end, raw sockets that can hang up mid-request, and the
+frontend's /metrics parsed.
 
 Every call has a timeout: a frontend bug must fail a test, not hang it.
 """
@@ -213,11 +214,27 @@ class RawRequest:
         self.sock.close()
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.05, message: str = "") -> float:
-    """Poll ``predicate`` until true; returns the seconds it took."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"not true within {timeout} s: {message}")
-        time.sleep(interval)
-    return time.monotonic() - start
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    """The frontend's /metrics, parsed (see ``metric``)."""
+    reply = get(url, "/metrics")
+    assert reply.status == 200, (reply.status, reply.body[:500])
+    return parse_metrics(reply.body.decode())
+
+
+def parse_metrics(text: str) -> dict[tuple[str, frozenset], float]:
+    """Prometheus text -> {(sample name, frozenset of label items): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+    samples: dict[tuple[str, frozenset], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return samples
+
+
+def metric(samples: dict, name: str, **labels: str) -> float:
+    """One sample's value; labels must match exactly (absent sample: KeyError)."""
+    key = (name, frozenset(labels.items()))
+    if key not in samples:
+        near = sorted(str(dict(k[1])) for k in samples if k[0] == name)
+        raise KeyError(f"{name}{labels} not found; have {near}")
+    return samples[key]

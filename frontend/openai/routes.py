@@ -1,0 +1,51 @@
+"""The route table: every endpoint once, with what admission control needs.
+
+Routing, admission control (``--max-concurrent-requests``) and the drain gate
+are all derived from this table: a route with a choice counter is a
+generation route, so a new generation route cannot skip either.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from frontend.openai import chat, completions, generate, misc
+from frontend.state import AppState
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    # Generation routes: the body -> how many engine requests it asks for
+    # (prompts x n), from a skeleton parse. None for every other route.
+    count_choices: Callable[[bytes], int] | None = None
+
+
+def openai_routes(state: AppState) -> list[Route]:
+    def bind(handler) -> Handler:
+        return functools.partial(handler, state)
+
+    routes = [
+        Route("POST", "/v1/completions", bind(completions.create_completion),
+              completions.count_choices),
+        Route("POST", "/v1/chat/completions", bind(chat.create_chat_completion),
+              chat.count_choices),
+        Route("POST", "/inference/v1/generate", bind(generate.create_generate),
+              generate.count_choices),
+        Route("GET", "/v1/models", bind(misc.list_models)),
+        Route("GET", "/health", bind(misc.health)),
+        Route("GET", "/version", bind(misc.version)),
+        Route("POST", "/tokenize", bind(misc.tokenize)),
+        Route("POST", "/detokenize", bind(misc.detokenize)),
+    ]
+    if state.config.enable_debug_endpoints:
+        routes.append(Route("GET", "/debug/state", bind(misc.debug_state)))
+    return routes

@@ -1,0 +1,88 @@
+"""What a request handler may read and use: the application state.
+
+The composition root (``server.py``) builds one :class:`AppState` and hands it
+to the routes; handlers never see the server. It holds the model's facts, the
+fan-out table, the renderer, the handler-facing flags, and what is known of
+the engine (attached, its limits, the fingerprint), kept current by the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from frontend.errors import not_found_model
+from frontend.fanout import Table
+from frontend.model import ModelInfo
+from frontend.render import Renderer
+from protocol.handshake import ReadyResponse
+from protocol.sampling import ModelLimits
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """The flags request handlers follow."""
+
+    max_logprobs: int = 20
+    force_include_usage: bool = False
+    max_stream_buffer: int = 1 << 20
+    enable_debug_endpoints: bool = False
+
+
+class EngineLink(Protocol):
+    """What handlers may ask of the engine link."""
+
+    alive: bool
+    death_reason: str | None
+    num_aborts_sent: int
+
+    async def call_utility(self, method: str, *args: Any, timeout: float = 10.0) -> Any: ...
+
+
+class AppState:
+    def __init__(self, model: ModelInfo, config: ServingConfig, engine: EngineLink,
+                 table: Table, renderer: Renderer) -> None:
+        self.model = model
+        self.config = config
+        self.engine = engine
+        self.table = table
+        self.renderer = renderer
+        self.ready: ReadyResponse | None = None  # the attached engine's facts
+        self.system_fingerprint: str | None = None
+        self.draining = False
+        self._json = msgspec.json.Encoder()
+
+    def engine_attached(self, ready: ReadyResponse) -> None:
+        self.ready = ready
+        self.renderer.max_model_len = ready.max_model_len
+        digest = hashlib.sha256(f"{self.model.path}:{ready.max_model_len}:{ready.dtype}"
+                                .encode()).hexdigest()[:8]
+        self.system_fingerprint = f"vllm-{ready.vllm_version}-{digest}"
+
+    @property
+    def max_model_len(self) -> int:
+        assert self.ready is not None, "no engine attached yet"
+        return self.ready.max_model_len
+
+    @property
+    def serving(self) -> bool:
+        """What /health says: an engine is attached and no drain has begun."""
+        return self.engine.alive and not self.draining
+
+    def model_limits(self) -> ModelLimits:
+        return ModelLimits(vocab_size=self.model.vocab_size, max_model_len=self.max_model_len,
+                           max_logprobs=self.config.max_logprobs)
+
+    def resolve_model(self, name: str | None) -> str:
+        """The served name a request asks for (default: the first), or a 404."""
+        if not name:
+            return self.model.name
+        if name in self.model.served_names:
+            return name
+        raise not_found_model(name, self.model.served_names)
+
+    def json(self, value: object) -> bytes:
+        return self._json.encode(value)

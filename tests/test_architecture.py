@@ -1,0 +1,140 @@
+"""The layering stays as the README draws it: no import cycles, one composition root.
+
+Static checks over the source (no project module is imported): every import
+statement of ``frontend/``, ``protocol/`` and ``engine_core/``, including those
+under ``if TYPE_CHECKING:`` and inside functions, is an edge of the module
+graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("frontend", "protocol", "engine_core")
+
+# Bottom to top; a module may import only from its own layer or those below.
+LAYERS = [
+    ("protocol",),
+    ("frontend.bytelevel", "frontend.model", "frontend.text", "frontend.errors",
+     "frontend.chat_template", "frontend.engine_client", "frontend.fanout", "frontend.render"),
+    ("frontend.state",),
+    ("frontend.openai",),
+    ("frontend.ops",),
+    ("frontend.server",),
+    ("frontend.cli",),
+]
+
+
+def module_name(path: pathlib.Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def project_modules() -> dict[str, pathlib.Path]:
+    return {module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+
+
+def imported_modules(path: pathlib.Path, name: str, known: set[str]) -> set[str]:
+    """The project modules ``path`` imports (a ``from package import x`` names
+    the submodule ``package.x`` if there is one, else the package)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            candidates = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for candidate in candidates:
+            while candidate and candidate not in known:
+                candidate = candidate.rpartition(".")[0]
+            if candidate and candidate != name:
+                found.add(candidate)
+                break
+    return found
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    known = set(modules)
+    return {name: imported_modules(path, name, known) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def layer_of(module: str) -> int | None:
+    for i, layer in enumerate(LAYERS):
+        if any(module == prefix or module.startswith(prefix + ".") for prefix in layer):
+            return i
+    return None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_cycle_finder_sees_type_checking_imports(tmp_path):
+    """Not vacuous: an import under TYPE_CHECKING closes a cycle too."""
+    (tmp_path / "a.py").write_text("from typing import TYPE_CHECKING\n"
+                                   "if TYPE_CHECKING:\n    from b import x\n")
+    (tmp_path / "b.py").write_text("def f():\n    import a\n")
+    known = {"a", "b"}
+    graph = {name: imported_modules(tmp_path / f"{name}.py", name, known) for name in known}
+    assert graph == {"a": {"b"}, "b": {"a"}}
+    assert find_cycle(graph) == ["a", "b", "a"]
+
+
+def test_only_the_cli_imports_the_server():
+    importers = sorted(name for name, deps in import_graph().items() if "frontend.server" in deps)
+    assert importers == ["frontend.cli"], importers
+
+
+@pytest.mark.parametrize("module", sorted(m for m in project_modules()
+                                          if layer_of(m) is not None))
+def test_imports_go_down_the_layers(module):
+    """A lower layer never names a higher one: handlers (frontend.openai) see the
+    application state, not the server or the operator's pieces; the fan-out
+    table, text and engine link know nothing of HTTP routes."""
+    own = layer_of(module)
+    upward = sorted(dep for dep in import_graph()[module]
+                    if (layer := layer_of(dep)) is not None and layer > own)
+    assert not upward, f"{module} imports from higher layers: {upward}"
+
+
+def test_protocol_and_frontend_never_import_the_engine_side():
+    graph = import_graph()
+    for name, deps in graph.items():
+        if name.startswith(("protocol", "frontend")):
+            assert not any(d.startswith("engine_core") for d in deps), (name, deps)
