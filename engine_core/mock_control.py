@@ -42,7 +42,8 @@ class MockControl:
     def stats(self) -> dict[str, Any]:
         """running, waiting, finished{total, stop, length, abort, error, repetition},
         aborted (live requests the client aborted), aborts_unknown,
-        aborts_after_finish, adds, steps, utility_calls, input_alive, paused."""
+        aborts_after_finish, adds, scripted (ADDs a script matched), steps,
+        utility_calls, input_alive, paused, rank (data parallel), pid."""
         return self.call("stats")
 
     def crash(self) -> None:
@@ -68,3 +69,15 @@ class MockControl:
     def abort_all(self) -> int:
         """Engine-initiated ABORT of everything in flight; returns how many."""
         return self.call("abort_all")["aborted"]
+
+    def script(self, *entries: dict[str, Any]) -> int:
+        """Add scripted outputs (engine_core/mock/scripts.py); returns how many are set.
+
+        ``script({"prompt_token_ids": [...], "output_token_ids": [...]})``; an
+        entry without ``prompt_token_ids`` serves every other prompt.
+        """
+        return self.call("script", entries=list(entries))["scripts"]
+
+    def clear_scripts(self) -> None:
+        """Forget every script: requests generate their usual tokens again."""
+        self.call("clear_scripts")

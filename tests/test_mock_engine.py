@@ -1,7 +1,8 @@
 """The mock engine speaks vLLM 0.32's engine protocol and fails the way it does.
 
 Each test starts ``python -m engine_core.mock`` against a frontend-side harness
-(tests/support/mock_engine.py). The last test attaches vLLM's own Python API
+(tests/support/mock_engine.py; for several ranks or clients
+tests/support/mock_ranks.py). The last test attaches vLLM's own Python API
 server to the mock: the proof that what the mock sends is what vLLM accepts.
 """
 
@@ -21,7 +22,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from tokenizers import Tokenizer
 
+from engine_core.mock.cli import parse_args
+from engine_core.mock_control import MockControl, MockControlError
 from protocol import handshake
 from protocol.sampling import RepetitionDetection
 from protocol.wire import (
@@ -32,6 +36,7 @@ from protocol.wire import (
     encode_utility,
 )
 from tests.support.mock_engine import IDENTITY, free_port, make_request, spawn_mock
+from tests.support.mock_ranks import ClusterHarness, start_mock_ranks  # noqa: F401 (fixture)
 
 STOP, LENGTH, ABORT, ERROR, REPETITION = FinishReason
 EOS = 2  # the mock's default --eos-token-id
@@ -331,12 +336,19 @@ def test_first_output_carries_prefill_stats_and_events(mock_engine):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed")
-def test_scheduler_stats_fields_match_vllm_source():
+def test_scheduler_stats_fields_match_vllm_source(mock_engine):
     path = Path(importlib.util.find_spec("vllm").origin).parent / "v1/metrics/stats.py"
-    cls = next(n for n in ast.parse(path.read_text()).body
-               if isinstance(n, ast.ClassDef) and n.name == "SchedulerStats")
-    fields = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)]
-    assert fields == SCHEDULER_STATS_FIELDS
+    classes = {n.name: n for n in ast.parse(path.read_text()).body
+               if isinstance(n, ast.ClassDef)}
+
+    def fields(name: str) -> list[str]:
+        return [n.target.id for n in classes[name].body if isinstance(n, ast.AnnAssign)]
+
+    assert fields("SchedulerStats") == SCHEDULER_STATS_FIELDS
+    h = mock_engine.harness
+    h.run([make_request("a", PROMPT, max_tokens=1)])
+    cache_stats = h.messages[0].scheduler_stats["prefix_cache_stats"]
+    assert list(cache_stats) == fields("BaseCacheStats") + fields("PrefixCacheStats")
 
 
 def test_prefix_cache_hits_are_reported(mock_engine):
@@ -655,6 +667,275 @@ def test_sigterm_aborts_in_flight_requests_and_exits(start_mock):
     assert [len(f) for f in h.quiet(0.2)] == [1]  # then one empty stats-only step
 
 
+# ------------------------------------------------------------ scripted output
+
+SCRIPT = [100, 101, 102, 103, 104, 105]
+
+
+def test_script_keyed_by_prompt_and_a_default(mock_engine):
+    h, control = mock_engine.harness, mock_engine.control
+    natural = h.run([make_request("before", PROMPT, **eos_params(max_tokens=5))])
+    assert control.script({"prompt_token_ids": PROMPT, "output_token_ids": SCRIPT},
+                          {"output_token_ids": [200, 201]}) == 2
+    res = h.run([make_request("keyed", PROMPT, **eos_params(max_tokens=20)),
+                 make_request("sampled", PROMPT, **eos_params(max_tokens=20, temperature=1.0,
+                                                              seed=3)),
+                 make_request("other", [7, 8, 9], **eos_params(max_tokens=20))])
+    # Scripted ids, then (finish "stop") the request's EOS: one id per step.
+    assert res["keyed"].tokens == res["sampled"].tokens == SCRIPT + [EOS]
+    assert [len(o.new_token_ids) for o in res["keyed"].outputs] == [1] * 7
+    assert (res["keyed"].finish_reason, res["keyed"].stop_reason) == (STOP, None)
+    assert res["other"].tokens == [200, 201, EOS]
+    assert control.stats()["scripted"] == 3
+    control.clear_scripts()
+    after = h.run([make_request("after", PROMPT, **eos_params(max_tokens=5))])
+    assert after["after"].tokens == natural["before"].tokens
+    assert control.stats()["scripted"] == 3
+
+
+def test_script_obeys_the_stop_rules(mock_engine):
+    h = mock_engine.harness
+    mock_engine.control.script({"prompt_token_ids": PROMPT,
+                                "output_token_ids": [100, EOS, 101, 102, 103, 104]})
+    res = h.run([
+        make_request("length", PROMPT, **eos_params(max_tokens=1)),
+        make_request("eos", PROMPT, **eos_params(max_tokens=20)),
+        make_request("stop_id", PROMPT, **eos_params(max_tokens=20, stop_token_ids=[102])),
+        make_request("min_tokens", PROMPT, **eos_params(max_tokens=20, stop_token_ids=[102],
+                                                        min_tokens=6)),
+        make_request("ignore_eos", PROMPT, max_tokens=4, ignore_eos=True,
+                     all_stop_token_ids=[EOS])])
+    ends = {k: (r.tokens, r.finish_reason, r.stop_reason) for k, r in res.items()}
+    assert ends["length"] == ([100], LENGTH, None)
+    assert ends["eos"] == ([100, EOS], STOP, None)
+    # Before min_tokens the mask hides stop ids (EOS, 102): the script skips them,
+    # ordinary ids fill up to min_tokens, then the request's EOS.
+    tokens, finish, _ = ends["min_tokens"]
+    assert tokens[:4] == [100, 101, 103, 104] and tokens[6:] == [EOS] and finish == STOP
+    assert not {EOS, 102} & set(tokens[4:6])
+    assert ends["stop_id"] == ([100, EOS], STOP, None)  # EOS came first
+    tokens, finish, _ = ends["ignore_eos"]  # EOS does not stop it
+    assert tokens == [100, EOS, 101, 102] and finish == LENGTH
+
+
+def test_script_stop_reason_and_length_finish(mock_engine):
+    h = mock_engine.harness
+    mock_engine.control.script(
+        {"prompt_token_ids": PROMPT, "output_token_ids": [100, 101, 102, 103]},
+        {"prompt_token_ids": [7, 8], "output_token_ids": [100, 101], "finish": "length"})
+    res = h.run([make_request("stop", PROMPT, **eos_params(max_tokens=20,
+                                                          stop_token_ids=[102])),
+                 make_request("long", [7, 8], **eos_params(max_tokens=9))])
+    assert (res["stop"].tokens, res["stop"].finish_reason, res["stop"].stop_reason) == \
+        ([100, 101, 102], STOP, 102)
+    long = res["long"]  # ordinary ids after the script, up to the length limit
+    assert long.tokens[:2] == [100, 101] and len(long.tokens) == 9
+    assert long.finish_reason == LENGTH and EOS not in long.tokens
+
+
+def test_script_alternatives_taken_in_turn(mock_engine):
+    mock_engine.control.script({"prompt_token_ids": PROMPT,
+                                "alternatives": [[100, 101], [110, 111]]})
+    res = mock_engine.harness.run([make_request(f"r{i}", PROMPT, **eos_params(max_tokens=9))
+                                   for i in range(3)])
+    assert [res[f"r{i}"].tokens for i in range(3)] == \
+        [[100, 101, EOS], [110, 111, EOS], [100, 101, EOS]]
+
+
+def test_script_with_logprobs_steps_and_output_kind(start_mock):
+    mock = start_mock("--tokens-per-step", "2")
+    mock.control.script({"output_token_ids": SCRIPT})
+    h = mock.harness
+    res = h.run([make_request("delta", PROMPT, **eos_params(max_tokens=5, logprobs=2,
+                                                           output_kind=1)),
+                 make_request("final", PROMPT, **eos_params(max_tokens=5, logprobs=2,
+                                                           output_kind=2))])
+    delta, final = res["delta"], res["final"]
+    # The engine streams per step whatever the output kind: that is the frontend's job.
+    assert [o.new_token_ids for o in delta.outputs] == \
+        [o.new_token_ids for o in final.outputs] == [SCRIPT[:2], SCRIPT[2:4], SCRIPT[4:5]]
+    ids, lps, ranks = delta.logprob_rows()
+    check_logprob_rows(ids, lps, ranks, SCRIPT[:5], 2)
+    assert delta.finish_reason == LENGTH
+
+
+def test_bad_script_is_refused_whole(mock_engine):
+    control = mock_engine.control
+    for entries in ([{"prompt_token_ids": PROMPT}],
+                    [{"output_token_ids": [1], "alternatives": [[2]]}],
+                    [{"output_token_ids": [1200]}],
+                    [{"output_token_ids": [1], "finish": "abort"}],
+                    [{"output_token_ids": [1], "prompt": PROMPT}],
+                    [{"output_token_ids": [1]}, {"output_token_ids": [True]}]):
+        with pytest.raises(MockControlError):
+            control.script(*entries)
+    assert control.script() == 0  # nothing was added
+
+
+def test_script_file_at_start_up(start_mock, tmp_path):
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps([{"prompt_token_ids": PROMPT, "output_token_ids": [5, 6]}]))
+    mock = start_mock("--script", str(path))
+    r = mock.harness.run([make_request("a", PROMPT, **eos_params(max_tokens=9))])["a"]
+    assert r.tokens == [5, 6, EOS]
+    path.write_text(json.dumps([{"output_token_ids": [-1]}]))
+    bad = start_mock("--script", str(path), wait_ready=False)
+    assert bad.wait() == 2 and "--script" in bad.log()
+
+
+# ------------------------------------------------------------- several clients
+
+def test_several_clients_each_get_their_own_outputs(start_mock_ranks):
+    ranks = start_mock_ranks(1, "--step-time", "0.01", clients=2)
+    h = ranks.harness
+    ranks.controls[0].stall(None)  # so that both are admitted in one step
+    h.add(make_request("a", PROMPT, max_tokens=3), client=0)
+    h.add(make_request("b", PROMPT, max_tokens=3), client=1)
+    time.sleep(0.05)
+    ranks.controls[0].stall(0)
+    h.pump_until(lambda: h.results["a"].finished and h.results["b"].finished)
+    came_to = {o.request_id: client for client, m in h.messages for o in m.outputs}
+    assert came_to == {"a": 0, "b": 1}
+    steps = {c: [m for cc, m in h.messages if cc == c and m.outputs] for c in (0, 1)}
+    assert [len(m.outputs) for m in steps[0]] == [len(m.outputs) for m in steps[1]] == [1] * 3
+    # Each step's stats go with one message: the first client's with outputs.
+    assert all(m.scheduler_stats is not None for m in steps[0])
+    assert all(m.scheduler_stats is None for m in steps[1])
+    call_id = h.call("is_sleeping", client=1)
+    assert h.wait_utility(call_id)[:2] == (1, 0)
+    h.add(make_request("c", PROMPT, max_tokens=1000), client=0)
+    h.add(make_request("d", PROMPT, max_tokens=1000), client=1)
+    h.pump_until(lambda: h.results["c"].outputs and h.results["d"].outputs)
+    assert ranks.controls[0].abort_all() == 2  # engine-built ABORTs go per client
+    h.pump_until(lambda: h.results["c"].finished and h.results["d"].finished)
+    assert sorted((c, m.finished_requests) for c, m in h.messages if m.finished_requests) \
+        == [(0, ["c"]), (1, ["d"])]
+    ranks.controls[0].crash()
+    h.pump_until(lambda: len(h.dead) == 2)
+    assert sorted(h.dead) == [0, 1]  # ENGINE_CORE_DEAD on every output socket
+
+
+# --------------------------------------------------------------- data parallel
+
+def test_dp_ranks_handshake_as_independent_engines(start_mock_ranks):
+    ranks = start_mock_ranks(2, clients=2)
+    for rank, ready in ranks.harness.ready.items():
+        assert (ready.data_parallel_rank, ready.data_parallel_size) == (rank, 1)
+    assert [ranks.controls[r].stats()["rank"] for r in (0, 1)] == [0, 1]
+
+
+def test_dp_ranks_serve_and_stamp_engine_index(start_mock_ranks):
+    ranks = start_mock_ranks(3)
+    h = ranks.harness
+    for rank in range(3):
+        h.add(make_request(f"r{rank}", PROMPT, max_tokens=4), rank=rank)
+    h.pump_until(lambda: all(h.results[f"r{r}"].finished for r in range(3)))
+    assert h.engine_of == {"r0": 0, "r1": 1, "r2": 2}
+    assert len({tuple(h.results[f"r{r}"].tokens) for r in range(3)}) == 1  # same model
+    call_id = h.call("get_weight_version", rank=2)
+    assert h.wait_utility(call_id)[1] == 2
+    h.abort(1, "r1")  # an abort of a finished request: counted by its rank only
+    h.wait_utility(h.call("is_sleeping", rank=1))
+    assert [ranks.controls[r].stats()["aborts_after_finish"] for r in range(3)] == [0, 1, 0]
+
+
+def test_dp_ranks_have_their_own_prefix_cache_and_stats(start_mock_ranks):
+    ranks = start_mock_ranks(2, "--block-size", "8")
+    h = ranks.harness
+    assert ranks.harness.ready[1].block_size == 8
+    prompt = list(range(300, 330))  # 3 full blocks of 8 can hit (the last token never)
+    for rid, rank in (("a", 0), ("b", 0), ("c", 1)):
+        h.add(make_request(rid, prompt, max_tokens=2), rank=rank)
+        h.pump_until(lambda: h.results[rid].finished)
+    cached = {k: h.results[k].outputs[0].prefill_stats["num_cached_tokens"] for k in "abc"}
+    assert cached == {"a": 0, "b": 24, "c": 0}
+    h.quiet(0.1)  # the trailing stats-only steps
+    totals = {0: [0, 0, 0], 1: [0, 0, 0]}
+    for _, m in h.messages:
+        cache = m.scheduler_stats["prefix_cache_stats"]
+        for i, key in enumerate(("requests", "queries", "hits")):
+            totals[m.engine_index][i] += cache[key]
+    assert totals == {0: [2, 60, 24], 1: [1, 30, 0]}
+
+
+def test_dp_killed_rank_drops_and_a_restarted_one_says_hello(start_mock_ranks):
+    ranks = start_mock_ranks(2, "--step-time", "0.01")
+    h = ranks.harness
+    h.add(make_request("doomed", PROMPT, max_tokens=1000), rank=1)
+    h.pump_until(lambda: h.results["doomed"].outputs)
+    assert ranks.kill(1) == -signal.SIGKILL
+    h.quiet(0.2)
+    assert h.dead == [] and not h.results["doomed"].finished  # it just went silent
+    h.add(make_request("alive", PROMPT, max_tokens=3), rank=0)
+    h.pump_until(lambda: h.results["alive"].finished)
+    ready = ranks.start(1)  # the same identity: HELLO, INIT, ready response, READY
+    assert ready.data_parallel_rank == 1
+    h.add(make_request("again", PROMPT, max_tokens=3), rank=1)
+    h.pump_until(lambda: h.results["again"].finished)
+    assert h.engine_of["again"] == 1
+
+
+def test_dp_crashed_rank_sends_engine_core_dead_on_its_outputs(start_mock_ranks):
+    ranks = start_mock_ranks(2, clients=2)
+    h = ranks.harness
+    ranks.controls[0].crash()
+    h.pump_until(lambda: len(h.dead) == 2)
+    assert sorted(h.dead) == [0, 1] and ranks.procs[0].wait(10) == 1
+    h.add(make_request("a", PROMPT, max_tokens=2), rank=1, client=1)
+    h.pump_until(lambda: h.results["a"].finished)
+
+
+def test_dp_stopped_rank_continues(start_mock_ranks):
+    ranks = start_mock_ranks(2)
+    h = ranks.harness
+    ranks.stop(0)
+    h.add(make_request("frozen", PROMPT, max_tokens=2), rank=0)
+    h.add(make_request("free", PROMPT, max_tokens=2), rank=1)
+    h.pump_until(lambda: h.results["free"].finished)
+    h.quiet(0.2)
+    assert not h.results["frozen"].outputs
+    ranks.cont(0)
+    h.pump_until(lambda: h.results["frozen"].finished)
+
+
+def test_dp_launcher_runs_local_ranks_and_stops_them_together(tmp_path):
+    """One launcher, two rank processes; when one dies the other is stopped (vLLM)."""
+    h = ClusterHarness()
+    proc, control0 = spawn_mock(h.handshake_addr, tmp_path / "launcher.log",
+                                "--data-parallel-size", "2", "--step-time", "0.01")
+    try:
+        h.accept([0, 1])
+        port = int(control0.addr.rsplit(":", 1)[1])
+        control1 = MockControl(f"tcp://127.0.0.1:{port + 1}")
+        stats = [control0.stats(), control1.stats()]
+        assert [s["rank"] for s in stats] == [0, 1]
+        assert len({proc.pid, *(s["pid"] for s in stats)}) == 3
+        h.add(make_request("a", PROMPT, max_tokens=1000), rank=0)
+        h.pump_until(lambda: h.results["a"].outputs)
+        os.kill(stats[1]["pid"], signal.SIGKILL)
+        h.pump_until(lambda: h.results["a"].finished)  # rank 0 got SIGTERM: it aborts
+        assert h.results["a"].finish_reason == ABORT
+        assert proc.wait(10) == 1
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        h.close()
+
+
+@pytest.mark.parametrize("flags", [["-dp", "2", "-dpr", "2"], ["-dp", "2", "-dpl", "3"],
+                                   ["-dp", "3", "-dpr", "1", "-dpl", "3"],
+                                   ["-dp", "2", "--control-addr", "ipc:///tmp/x"]])
+def test_dp_flags_are_checked(flags, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--frontend-addr", "tcp://127.0.0.1:1", *flags])
+    assert "error:" in capsys.readouterr().err
+
+
+def test_dp_local_size_defaults_to_the_ranks_left():
+    args = parse_args(["--frontend-addr", "tcp://127.0.0.1:1", "-dp", "4", "-dpr", "1"])
+    assert (args.data_parallel_size_local, args.block_size) == (3, 16)
+
+
 # ---------------------------------------------------- vLLM's own frontend
 
 def http_json(url: str, body: dict | None = None, timeout: float = 30.0):
@@ -686,8 +967,8 @@ def vllm_frontend_on_mock(tiny_model_dir, tmp_path):
     log = open(log_path, "wb")
     server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                               start_new_session=True)
-    mock, _ = spawn_mock(f"tcp://127.0.0.1:{rpc_port}", tmp_path / "mock.log",
-                         "--model", str(tiny_model_dir), "--eos-rate", "0.0")
+    mock, control = spawn_mock(f"tcp://127.0.0.1:{rpc_port}", tmp_path / "mock.log",
+                               "--model", str(tiny_model_dir), "--eos-rate", "0.0")
     base = f"http://127.0.0.1:{http_port}"
     try:
         deadline = time.monotonic() + 240
@@ -700,7 +981,7 @@ def vllm_frontend_on_mock(tiny_model_dir, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, "vLLM's frontend did not come up"
                 time.sleep(0.5)
-        yield base, log_path
+        yield base, log_path, control
     finally:
         for proc in (server, mock):
             if proc.poll() is None:
@@ -716,8 +997,8 @@ def vllm_frontend_on_mock(tiny_model_dir, tmp_path):
 
 @pytest.mark.vllm_frontend
 @pytest.mark.timeout(600)
-def test_vllm_frontend_serves_from_the_mock(vllm_frontend_on_mock):
-    base, log_path = vllm_frontend_on_mock
+def test_vllm_frontend_serves_from_the_mock(vllm_frontend_on_mock, tiny_model_dir):
+    base, log_path, control = vllm_frontend_on_mock
     url = base + "/v1/completions"
     plain = http_json(url, {"model": "tiny", "prompt": "hello world", "max_tokens": 8,
                             "temperature": 0, "logprobs": 3})
@@ -750,6 +1031,16 @@ def test_vllm_frontend_serves_from_the_mock(vllm_frontend_on_mock):
     chat = http_json(base + "/v1/chat/completions", {
         "model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert chat["usage"]["completion_tokens"] == 4
+
+    # Scripted output reaches vLLM's frontend as stated: its text, then EOS.
+    ids = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json")).encode(
+        "The answer is 42.", add_special_tokens=False).ids
+    control.script({"output_token_ids": ids})
+    scripted = http_json(url, {"model": "tiny", "prompt": "hi", "max_tokens": 20})
+    assert (scripted["choices"][0]["text"], scripted["choices"][0]["finish_reason"],
+            scripted["usage"]["completion_tokens"]) == ("The answer is 42.", "stop",
+                                                        len(ids) + 1)
+    control.clear_scripts()
 
     metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
     assert 'vllm:prompt_tokens_total{engine="0",model_name="tiny"}' in metrics
