@@ -24,6 +24,7 @@ from protocol.errors import ValidationError
 log = logging.getLogger("frontend")
 
 _json = msgspec.json.Encoder()
+CLIENT_GONE = 499  # nginx's "client closed request": never sent, only counted
 
 
 class ApiError(Exception):
@@ -133,7 +134,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         allow = e.headers.get("Allow")
         return error_response(from_http_exception(e), {"Allow": allow} if allow else None)
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionError:
+        # The client went away while we wrote (a stream's start or end, most
+        # often): nothing to report. aiohttp would log a traceback for a raised
+        # error; a response it cannot write is dropped quietly.
+        return web.Response(status=CLIENT_GONE)
+    except asyncio.CancelledError:
         raise
     except Exception as e:
         log.exception("unhandled error in %s %s", request.method, request.path)

@@ -371,30 +371,32 @@ class Table:
     def _stream_step(choice: Choice, text: str, new_ids: list[int],
                      new_positions: list[Position] | None, finished: bool,
                      stop_reason: int | str | None) -> None:
-        """Merge a step into the choice's open delta, or start one; queue it for
-        the client unless ``stream_interval`` holds it back (vLLM's output
-        processor: after the first delta, one every ``interval`` tokens and the
-        last one)."""
+        """Merge a step into the choice's open delta, or start one, and queue it
+        for the client when it is due. With ``stream_interval`` (vLLM's output
+        processor) a delta is due at once for the first tokens, then every
+        ``interval`` tokens, and at the finish: steps in between are held in a
+        delta of their own, so chunks end only where the rule allows, however
+        far the client lags."""
         group = choice.group
+        num_tokens = len(choice.detok.token_ids)
+        interval = choice.params.stream_interval or 1
+        due = (interval <= 1 or finished or not choice.sent_tokens
+               or num_tokens - choice.sent_tokens >= interval)
         delta = choice.open_delta
-        if delta is not None and (delta.logprobs is None) == (new_positions is None):
+        if (delta is not None and (delta.logprobs is None) == (new_positions is None)
+                and (due or not delta.queued)):
             delta.merge(text, new_ids, new_positions, choice.finish_reason, stop_reason)
         else:
-            if delta is not None and not delta.queued:
+            if delta is not None and not delta.queued:  # cannot merge: let it go as it is
                 delta.queued = True
                 group.pending.append(delta)
             delta = choice.open_delta = Delta(choice, text, new_ids, new_positions,
                                               choice.finish_reason, stop_reason)
-        if delta.queued:
-            return
-        num_tokens = len(choice.detok.token_ids)
-        interval = choice.params.stream_interval or 1
-        if (interval > 1 and not finished and choice.sent_tokens
-                and num_tokens - choice.sent_tokens < interval):
-            return
-        choice.sent_tokens = num_tokens
-        delta.queued = True
-        group.pending.append(delta)
+        if due:
+            choice.sent_tokens = num_tokens
+            if not delta.queued:
+                delta.queued = True
+                group.pending.append(delta)
 
     @staticmethod
     def _apply_logprobs(state: LogprobsState, out: wire.EngineCoreOutput,

@@ -13,6 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 pytest_plugins = [
     "tests.support.mock_engine",
+    "tests.support.mock_ranks",
     "tests.support.real_engine",
     "tests.support.frontend",
     "tests.support.stacks",

@@ -97,3 +97,36 @@ def test_hot_path_benchmark_runs(tiny_model_dir, capsys):
                    "--ahead-outputs", "2", "--ahead-messages", "8", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "batched" in out and "ahead" in out
+
+
+def test_stream_interval_chunks_follow_the_rule(model):
+    """vLLM's stream_interval: the first delta at once, then one every
+    ``interval`` tokens, the rest at the finish; steps held back in between
+    merge into the next delta."""
+    state, group, choice, _, _ = streaming_choice(model, stream_interval=3)
+    sizes: list[int] = []
+    group.sink = lambda deltas: (sizes.extend(len(d.token_ids) for d in deltas), (0, False))[1]
+    toks = tokens_of(model, " the river and the ocean meets the sky at night")[:9]
+    assert len(toks) == 9
+    for i, token in enumerate(toks):
+        state.table.on_outputs([step(choice.engine_id, token, finish=(
+            wire.FinishReason.LENGTH if i == 8 else None))])
+    assert sizes == [1, 3, 3, 2]
+    assert not state.table.entries
+
+
+def test_stream_interval_with_a_lagging_client(model):
+    """A client that lags gets what was due, chunked where the rule allows; held
+    steps never join a delta already queued for it."""
+    state, group, choice, _, _ = streaming_choice(model, stream_interval=3)
+    toks = tokens_of(model, " the river and the ocean meets the sky at night")[:9]
+    state.table.on_outputs([step(choice.engine_id, t) for t in toks[:5]])
+    first, second = group.take()  # the 5th token is held
+    assert first.token_ids == toks[:1] and second.token_ids == toks[1:4]
+    state.table.on_outputs([step(choice.engine_id, t) for t in toks[5:8]])
+    [third] = group.take()  # due at the 7th; the 8th is held
+    assert third.token_ids == toks[4:7]
+    state.table.on_outputs([step(choice.engine_id, toks[8], finish=wire.FinishReason.LENGTH)])
+    [last] = group.take()
+    assert last.token_ids == toks[7:9] and last.finish_reason == "length"
+    assert "".join(d.text for d in (first, second, third, last)) == model.decode(toks)

@@ -36,7 +36,7 @@ from protocol.wire import (
     encode_utility,
 )
 from tests.support.mock_engine import IDENTITY, free_port, make_request, spawn_mock
-from tests.support.mock_ranks import ClusterHarness, start_mock_ranks  # noqa: F401 (fixture)
+from tests.support.mock_ranks import ClusterHarness
 
 STOP, LENGTH, ABORT, ERROR, REPETITION = FinishReason
 EOS = 2  # the mock's default --eos-token-id

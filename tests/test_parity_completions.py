@@ -37,6 +37,7 @@ except for the fields in ``IGNORED_FIELDS`` (ids, timestamps, the config hash).
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -651,4 +652,9 @@ def test_stream_interval_rule(frontend) -> None:
                  return_token_ids=True, stream=True)
     reply = send(frontend.url, shape)
     sizes = [len(e["choices"][0]["token_ids"]) for e in reply.events[:-1]]
-    assert sizes == [1, 3, 3, 2]
+    # Where chunks may end: the rule's boundaries. Steps that come before the
+    # client takes the previous chunk merge into it (as in vLLM), so a loaded
+    # host may see fewer, larger chunks; tests/test_fanout_merge.py checks the
+    # exact chunking with a client that keeps up.
+    ends = list(itertools.accumulate(sizes))
+    assert ends[-1] == 9 and set(ends) <= {1, 4, 7, 9}, sizes

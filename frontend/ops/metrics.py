@@ -52,6 +52,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from frontend.errors import CLIENT_GONE
 from protocol import wire
 
 if TYPE_CHECKING:
@@ -334,12 +335,14 @@ class Metrics:
             try:
                 response = await handler(request)
                 status = str(response.status)
+                if response.status == CLIENT_GONE and not self.state.draining:
+                    http.disconnects += 1
                 return response
             except web.HTTPException as e:
                 status = str(e.status)
                 raise
             except (asyncio.CancelledError, ConnectionResetError):
-                status = "499"  # nginx's "client closed request"
+                status = str(CLIENT_GONE)
                 if not self.state.draining:
                     http.disconnects += 1
                 raise

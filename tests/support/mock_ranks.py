@@ -87,7 +87,7 @@ class ClusterHarness:
 
     # --- startup
 
-    def accept(self, ranks: list[int], timeout: float = 10.0
+    def accept(self, ranks: list[int], timeout: float = 60.0
                ) -> dict[int, handshake.ReadyResponse]:
         """Answer the HELLOs of ``ranks``; wait for each one's ready response on
         every input socket and its READY."""
@@ -176,7 +176,7 @@ class ClusterHarness:
             self.utility_replies[outs.utility_output.call_id] = \
                 (client, outs.engine_index, outs.utility_output)
 
-    def pump_until(self, done: Callable[[], bool], timeout: float = 10.0) -> None:
+    def pump_until(self, done: Callable[[], bool], timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while not done():
             left = deadline - time.monotonic()
