@@ -6,7 +6,12 @@ runs ``vllm serve DIR --headless --data-parallel-address HOST
 handshake ROUTER (docs: engine-protocol.md §2.3). This is only a convenience
 around that plain command, which works just as well. What it adds: CPU-host
 defaults, one clear message when vLLM is missing, signal forwarding to the
-whole engine process tree, and no orphaned engine processes.
+whole engine process tree, no orphaned engine processes, and an exit status
+that tells a requested stop from a dead engine: ``vllm serve --headless``
+exits 0 when its engine core process dies (vLLM 0.32's run_headless returns
+once CoreEngineProcManager.monitor_engine_liveness sees any engine process
+end, and never looks at the exit code), so without engine-core a killed
+engine core looks like a clean stop to systemd.
 
 Standard library only, and vLLM is never imported here: ``import vllm``
 imports torch (~7 s), and the child pays that anyway.
@@ -111,7 +116,7 @@ def build_command(model: str, host: str, port: int, vllm_args: Sequence[str], *,
 
 
 def launch(model: str, host: str, port: int, vllm_args: Sequence[str]) -> int:
-    """Run the engine until it exits; returns its exit status (128+N for signal N)."""
+    """Run the engine until it exits; returns engine-core's exit status (``exit_status``)."""
     if importlib.util.find_spec("vllm") is None:
         print(NOT_INSTALLED, file=sys.stderr)
         return 1
@@ -122,18 +127,50 @@ def launch(model: str, host: str, port: int, vllm_args: Sequence[str]) -> int:
                                        on_cpu=engine_runs_on_cpu(), env=os.environ)
     shown = [f"{k}={v}" for k, v in added_env.items()] + command
     print(f"engine-core: running {shlex.join(shown)}", file=sys.stderr, flush=True)
-    status = run(command, {**os.environ, **added_env})
-    print(f"engine-core: vLLM exited with status {status}", file=sys.stderr, flush=True)
+    return supervise(command, {**os.environ, **added_env})
+
+
+def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Run vLLM until it exits; engine-core's exit status (see ``exit_status``)."""
+    returncode, stop_requested = run(command, env)
+    how = (f"exited with status {returncode}" if returncode >= 0
+           else f"was killed by signal {-returncode}")
+    print(f"engine-core: vLLM {how}", file=sys.stderr, flush=True)
+    status, why = exit_status(returncode, stop_requested)
+    if why:
+        print(f"engine-core: {why}", file=sys.stderr, flush=True)
     return status
 
 
-def run(command: Sequence[str], env: Mapping[str, str]) -> int:
+def exit_status(returncode: int, stop_requested: bool) -> tuple[int, str | None]:
+    """engine-core's exit status for vLLM's ``returncode`` (-N: killed by signal N),
+    and why, when that needs saying.
+
+    0 only after a stop that was asked for (SIGTERM/SIGINT to engine-core), so
+    that systemd restarts the engine after anything else, even with
+    Restart=on-failure.
+    """
+    status = 128 - returncode if returncode < 0 else returncode  # the shell's 128+N
+    if stop_requested:
+        if -returncode in (signal.SIGTERM, signal.SIGINT):
+            return 0, None  # the forwarded signal came before vLLM set its handlers
+        return status, None
+    if returncode == 0:
+        return 1, ("the engine core process died (vllm serve --headless exits 0 when it "
+                   "is killed or crashes, and no stop was asked for); exiting 1 so that "
+                   "systemd restarts the engine")
+    return status, (f"vLLM ended although no stop was asked for; exiting {status} so that "
+                    f"systemd restarts the engine")
+
+
+def run(command: Sequence[str], env: Mapping[str, str]) -> tuple[int, bool]:
     """Run ``command`` in its own process group and forward SIGTERM/SIGINT to it.
 
     The group holds ``vllm serve`` and its EngineCore child, so both get the
     signal, as a terminal's Ctrl-C would deliver it. A second signal kills the
     group. Whatever is left of the group when ``vllm serve`` exits is killed,
-    so no EngineCore outlives the launcher.
+    so no EngineCore outlives the launcher. Returns the command's returncode
+    (-N: killed by signal N) and whether a stop was asked for.
     """
     proc = subprocess.Popen(command, env=env, start_new_session=True,
                             preexec_fn=_term_with_parent if sys.platform == "linux" else None)
@@ -151,7 +188,7 @@ def run(command: Sequence[str], env: Mapping[str, str]) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
         _signal_group(proc.pid, signal.SIGKILL)
-    return returncode if returncode >= 0 else 128 - returncode
+    return returncode, signals_seen > 0
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -1,7 +1,12 @@
-"""``engine-core``'s own logic, without vLLM: arguments, CPU defaults, signals."""
+"""``engine-core``'s own logic: arguments, CPU defaults, signals, exit status.
+
+All of it without vLLM (a stand-in for ``vllm serve``), except the last test:
+a real engine whose engine core process gets SIGKILLed under load.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -11,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from engine_core import cli, launcher
+from tests.support.frontend import SERVED_NAME, FrontendProcess
+from tests.support.http_client import RawRequest
+from tests.support.real_engine import still_running
 from tests.support.waits import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -97,13 +105,37 @@ def test_help_runs_without_vllm():
     assert out.returncode == 0 and "--frontend-addr" in out.stdout
 
 
-# ------------------------------------------------------------------ signals
-# launcher.run() on a stand-in for `vllm serve`: a child that exits 3 on
-# SIGTERM (or ignores it) and has a grandchild that ignores SIGTERM, like a
-# wedged EngineCore. The test signals the launcher only.
+# ------------------------------------------------------------------ exit status
 
-_RUN = ("import os, sys; from engine_core.launcher import run; "
-        "sys.exit(run([sys.executable, '-c', sys.argv[1]], os.environ))")
+DIED = "engine-core: the engine core process died"
+
+
+@pytest.mark.parametrize("returncode, stop_requested, status", [
+    (0, True, 0),                   # systemctl stop
+    (-signal.SIGTERM, True, 0),     # the signal came before vLLM's handler
+    (-signal.SIGINT, True, 0),
+    (3, True, 3),                   # vLLM's own failure while stopping
+    (-signal.SIGKILL, True, 137),   # a second signal kills the group
+    (0, False, 1),                  # vllm serve --headless after its engine core died
+    (1, False, 1),                  # vLLM failed (e.g. while loading the model)
+    (-signal.SIGKILL, False, 137),  # vllm serve itself killed (OOM)
+])
+def test_exit_status(returncode, stop_requested, status):
+    got, why = launcher.exit_status(returncode, stop_requested)
+    assert got == status
+    assert (why is None) == stop_requested  # an unasked-for end always says why
+    if why:
+        assert f"exiting {status} so that systemd restarts the engine" in why
+
+
+# ------------------------------------------------------------------ signals
+# launcher.supervise() on a stand-in for `vllm serve --headless`: a child with
+# a grandchild that ignores SIGTERM, like a wedged EngineCore. Like vllm serve,
+# the child exits 0 once the grandchild has died; on SIGTERM it does what the
+# test says. The test signals the launcher only.
+
+_RUN = ("import os, sys; from engine_core.launcher import supervise; "
+        "sys.exit(supervise([sys.executable, '-c', sys.argv[1]], os.environ))")
 _STAND_IN = """
 import signal, subprocess, sys, time
 grandchild = subprocess.Popen(
@@ -112,7 +144,7 @@ grandchild = subprocess.Popen(
 grandchild.stdout.readline()
 signal.signal(signal.SIGTERM, {handler})
 print(grandchild.pid, flush=True)
-time.sleep(60)
+grandchild.wait()
 """
 
 
@@ -127,7 +159,7 @@ def _running(pid: int) -> bool:
 def _start_launcher(handler: str) -> tuple[subprocess.Popen, int]:
     launcher_proc = subprocess.Popen(
         [sys.executable, "-S", "-c", _RUN, _STAND_IN.format(handler=handler)],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     grandchild = int(launcher_proc.stdout.readline())
     return launcher_proc, grandchild
 
@@ -155,3 +187,80 @@ def test_second_signal_kills_the_group():
         wait_for(lambda: not _running(grandchild), 5, message="the grandchild is left")
     finally:
         proc.kill()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@pytest.mark.parametrize("handler", ["lambda *_: sys.exit(0)", "signal.SIG_DFL"])
+def test_requested_stop_exits_0(handler):
+    """SIGTERM: vLLM stops with 0 (or, before it set its handler, dies of the signal)."""
+    proc, grandchild = _start_launcher(handler)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        assert DIED not in proc.stderr.read()
+        wait_for(lambda: not _running(grandchild), 5, message="the grandchild is left")
+    finally:
+        proc.kill()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_dead_engine_core_exits_1():
+    """The grandchild (EngineCore) is killed: the child exits 0, engine-core 1."""
+    proc, grandchild = _start_launcher("lambda *_: sys.exit(0)")
+    try:
+        os.kill(grandchild, signal.SIGKILL)
+        assert proc.wait(10) == 1
+        err = proc.stderr.read()
+        assert "engine-core: vLLM exited with status 0\n" in err
+        assert f"{DIED} (vllm serve --headless exits 0 " in err
+        assert "exiting 1 so that systemd restarts the engine" in err
+    finally:
+        proc.kill()
+
+
+# ------------------------------------------------------------------ a real engine
+
+def engine_core_processes(engine) -> list:
+    """vLLM's engine core processes below engine-core: ``vllm serve --headless``
+    runs each one as a child process titled VLLM::EngineCore (VLLM::EngineCore_DPn
+    with data parallelism), with or without VLLM_ENABLE_V1_MULTIPROCESSING."""
+    import psutil  # a vLLM dependency
+
+    cores = []
+    for p in engine.descendants():
+        try:
+            if p.cmdline()[:1] and p.cmdline()[0].startswith("VLLM::EngineCore"):
+                cores.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return cores
+
+
+@pytest.mark.real_engine
+@pytest.mark.timeout(600)
+def test_killed_engine_core_under_load_exits_1(start_real_engine, tiny_model_dir, tmp_path):
+    """The issue's case: kill -9 of EngineCore while a stream runs. vllm serve
+    --headless exits 0; engine-core must not (systemd restarts only then).
+    A requested stop (SIGTERM -> 0) is test_real_engine.py's last test."""
+    engine = start_real_engine()  # its own engine: this test kills it
+    fe = FrontendProcess(engine.handshake_addr, tiny_model_dir, tmp_path)
+    try:
+        fe.wait_healthy()
+        stream = RawRequest(fe.url, "/v1/completions", {
+            "model": SERVED_NAME, "prompt": "Hello", "max_tokens": 1000, "ignore_eos": True,
+            "stream": True})
+        stream.read_until(b"data: ", count=3, timeout=60)
+        (core,) = engine_core_processes(engine)
+        tree = engine.descendants()
+        core.kill()
+        assert engine.proc.wait(60) == 1
+        log = engine.log_tail(10)
+        assert "engine-core: vLLM exited with status 0" in log
+        assert f"{DIED} (vllm serve --headless exits 0 " in log
+        assert "exiting 1 so that systemd restarts the engine" in log
+        assert engine.wait_gone(tree, 10), still_running(tree)
+        # The stream ended: an error event, then one [DONE].
+        body = stream.read_all(timeout=30).partition(b"\r\n\r\n")[2]
+        assert body.count(b"data: [DONE]") == 1 and b'data: {"error"' in body, body[-300:]
+    finally:
+        fe.stop()

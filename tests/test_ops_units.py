@@ -164,6 +164,33 @@ def test_engine_unit_execstart_parses_with_vllm_serve():
                       "port": 29550}
 
 
+def assert_restarts_after_any_unasked_exit(name: str) -> None:
+    """Restart=always: systemd then restarts after every end but `systemctl stop`,
+    status 0 and SIGTERM/SIGHUP included, which Restart=on-failure counts as clean
+    (vllm serve --headless exits 0 when its engine core process dies)."""
+    unit = read_unit(name)
+    assert unit["Service"]["Restart"] == ["always"], name
+    restart_s = int(unit["Service"]["RestartSec"][0])
+    interval_s = int(unit["Unit"]["StartLimitIntervalSec"][0])
+    burst = int(unit["Unit"]["StartLimitBurst"][0])
+    assert restart_s > 0  # no busy loop
+    # The start limit stops a crash loop (starts RestartSec apart) within its
+    # interval, and never the restart after one death.
+    assert burst >= 3 and burst * restart_s < interval_s, (burst, restart_s, interval_s)
+    # [Unit] is their place (in [Service], StartLimitIntervalSec is an unknown key).
+    assert not {"StartLimitIntervalSec", "StartLimitBurst"} & unit["Service"].keys()
+
+
+def test_engine_unit_restarts_after_a_dead_engine_core():
+    assert_restarts_after_any_unasked_exit("vllm-engine.service")
+    text = (UNITS / "vllm-engine.service").read_text()
+    assert "exits 0 when its" in text and "engine core process dies" in text  # says why
+
+
+def test_frontend_unit_restarts_after_any_unasked_exit():
+    assert_restarts_after_any_unasked_exit("vllm-frontend.service")
+
+
 def test_units_are_plain_ini():
     """Also readable by configparser (no stray syntax) with the sections systemd wants."""
     for name in ("vllm-engine.service", "vllm-frontend.service"):
