@@ -16,6 +16,8 @@ from typing import Any
 import msgspec
 
 from protocol.errors import ValidationError
+from protocol.structured import StructuredOutputsParams
+from protocol.structured import check as check_structured
 
 # vLLM 0.32 constants (vllm/sampling_params.py, vllm/envs.py).
 SAMPLING_EPS = 1e-5
@@ -73,6 +75,7 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     eos_token_id: int | None = msgspec.field(default=None, name="_eos_token_id")
     all_stop_token_ids: list[int] = msgspec.field(
         default_factory=list, name="_all_stop_token_ids")
+    structured_outputs: StructuredOutputsParams | None = None
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
     extra_args: dict[str, Any] | None = None
@@ -198,6 +201,8 @@ def _check_args(p: SamplingParams, max_n: int) -> None:
         raise ValidationError(f"output_kind must be 0, 1 or 2, got {p.output_kind}.")
     if p.repetition_detection is not None:
         _check_repetition_detection(p.repetition_detection)
+    if p.structured_outputs is not None:
+        check_structured(p.structured_outputs)
     # __post_init__ raises temperatures in (0, MIN_TEMPERATURE) to
     # MIN_TEMPERATURE before this test, so only 0 is greedy.
     if p.temperature < SAMPLING_EPS and not 0.0 < p.temperature < MIN_TEMPERATURE \

@@ -67,6 +67,7 @@ from protocol import wire
 from protocol.arrays import INLINE_THRESHOLD, NDArray, make_array
 from protocol.errors import EngineVersionError, ProtocolError, ValidationError
 from protocol.sampling import ModelLimits, RepetitionDetection, SamplingParams, check
+from protocol.structured import StructuredOutputsParams
 
 VOCAB = 1000
 LIMITS = ModelLimits(vocab_size=VOCAB, max_model_len=4096, max_logprobs=20)
@@ -151,6 +152,9 @@ def expected_vllm_sampling(p: SamplingParams) -> dict[str, Any]:
         "repetition_detection": (
             "repetition_detection",
             None if rd is None else (rd.max_pattern_size, rd.min_pattern_size, rd.min_count)),
+        "structured_outputs": (
+            "structured_outputs",
+            None if p.structured_outputs is None else p.structured_outputs.as_dict()),
     }
 
 
@@ -159,6 +163,8 @@ def assert_sampling_equal(ours: SamplingParams, theirs: Any) -> None:
         got = getattr(theirs, attr)
         if attr == "repetition_detection" and got is not None:
             got = (got.max_pattern_size, got.min_pattern_size, got.min_count)
+        if attr == "structured_outputs" and got is not None:
+            got = {name: getattr(got, name) for name in want}
         if isinstance(want, float) and math.isnan(want):
             assert math.isnan(got), field
         else:
@@ -205,6 +211,8 @@ def full_sampling_params() -> SamplingParams:
         skip_reading_prefix_cache=False,
         repetition_detection=RepetitionDetection(max_pattern_size=8, min_pattern_size=2,
                                                  min_count=3),
+        structured_outputs=StructuredOutputsParams(json={"type": "object"}, backend="xgrammar",
+                                                   backend_was_auto=True),
     )
 
 
