@@ -641,8 +641,8 @@ def test_tokenize_chat_form(stack):
     assert reply.json["tokens"][:2] == [1, 1]  # the tokenizer's BOS on top of the template's
     assert reply.json["token_strs"][:2] == ["<s>", "<s>"]
     assert reply.json["count"] == len(reply.json["tokens"])
-    bad = post(stack.url, "/tokenize", {"messages": [{"role": "tool", "content": "x"}]})
-    assert bad.status == 400 and "Unsupported role: tool" in bad.error["message"]
+    bad = post(stack.url, "/tokenize", {"messages": [{"role": "narrator", "content": "x"}]})
+    assert bad.status == 400 and "Unsupported role: narrator" in bad.error["message"]
 
 
 def test_echo_and_continue_final_message(stack):
@@ -692,8 +692,8 @@ def test_long_conversation_renders_off_the_loop(stack):
 # ---------------------------------------------------------------- errors
 
 @pytest.mark.parametrize("messages, message", [
-    ([{"role": "tool", "content": "x"}],
-     "Unsupported role: tool. Only system, user and assistant are allowed."),
+    ([{"role": "narrator", "content": "x"}],
+     "Unsupported role: narrator. Only system, user, assistant and tool are allowed."),
     ([], "Cannot apply chat template to an empty conversation. Provide at least one message."),
 ], ids=["raise_exception", "empty"])
 def test_template_errors(stack, messages, message):

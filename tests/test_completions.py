@@ -472,7 +472,7 @@ def test_stop_string_earliest_end_wins_and_string_form(stack):
 def test_stop_token_ids(stack):
     ids = greedy(stack.url, "Hello", 16, return_token_ids=True,
                  ignore_eos=True)["choices"][0]["token_ids"]
-    stop_id = ids[3]
+    stop_id = ids[3]  # (the mock emits a stop token 4th: its documented rule)
     if stop_id in ids[:3]:
         pytest.skip("greedy output repeats its 4th token early")
     r = greedy(stack.url, "Hello", 16, return_token_ids=True, stop_token_ids=[stop_id])
@@ -485,7 +485,10 @@ def test_stop_token_ids(stack):
     assert ch["text"] == first3
     inc = greedy(stack.url, "Hello", 16, stop_token_ids=[stop_id],
                  include_stop_str_in_output=True)["choices"][0]
-    assert inc["text"].startswith(first3) and len(inc["text"]) > len(first3)
+    assert inc["text"].startswith(first3)
+    stop_text = post(stack.url, "/detokenize", {"tokens": [stop_id]}).json["prompt"]
+    if "\ufffd" not in stop_text:  # (a piece of a UTF-8 character shows no text yet)
+        assert len(inc["text"]) > len(first3)
     s = stream_completion(stack.url, {"prompt": "Hello", "max_tokens": 16,
                                       "temperature": 0, "stop_token_ids": [stop_id]})
     assert texts_by_index(s.chunks) == {0: first3}

@@ -23,8 +23,14 @@ scratch:
   weights, serialized by hand (the format is trivial, and this avoids
   importing torch).
 * ``config.json``, ``generation_config.json``, ``tokenizer_config.json``
-  (with a ChatML chat template that can raise) and
+  (with a ChatML chat template that can raise and that renders tools, tool
+  calls and tool results the way Hugging Face templates do) and
   ``special_tokens_map.json``.
+
+The tool-call and reasoning parsers look up their markers in the vocabulary
+(``<think>``, ``<tool_call>``, ``[TOOL_CALLS]``, ...), so those are added
+after training, at ids from 1200 on: the trained vocabulary, and with it every
+existing token id and merge, stays as it was.
 
 Only the standard library, numpy and the ``tokenizers`` library are used, so
 the build takes under a second and does not depend on torch, transformers or
@@ -42,7 +48,8 @@ import struct
 import sys
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors,
+                        trainers)
 
 # --------------------------------------------------------------------------
 # Fixed parameters.  Changing any of them changes the output bytes.
@@ -57,6 +64,22 @@ VOCAB_SIZE = 1200  # including the special tokens and the 256 byte symbols
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>"]
 UNK_ID, BOS_ID, EOS_ID, PAD_ID, IM_START_ID, IM_END_ID = range(len(SPECIAL_TOKENS))
 
+# Markers of the tool-call and reasoning formats the frontend parses, added
+# after training (ids VOCAB_SIZE, VOCAB_SIZE + 1, ...) as (text, special).
+# Like the real models: Qwen3 and DeepSeek-R1 have <think> and <tool_call> as
+# plain added tokens; Mistral's [TOOL_CALLS]/[ARGS] (v11+ format: name[ARGS]
+# {json}) and Llama 3's <|python_tag|> are special (control) tokens.
+PARSER_TOKENS = [
+    ("<think>", False),
+    ("</think>", False),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("[TOOL_CALLS]", True),
+    ("[ARGS]", True),
+    ("<|python_tag|>", True),
+]
+FULL_VOCAB_SIZE = VOCAB_SIZE + len(PARSER_TOKENS)
+
 HIDDEN_SIZE = 64
 INTERMEDIATE_SIZE = 128
 NUM_LAYERS = 2
@@ -69,6 +92,10 @@ HEAD_DIM = 32
 MAX_POSITIONS = 2048
 RMS_NORM_EPS = 1e-5
 ROPE_THETA = 10000.0
+
+# Rows for the added parser tokens come from their own stream, so the trained
+# vocabulary's weights are drawn exactly as before the tokens existed.
+ADDED_ROWS_SEED = 4321
 
 # Standard deviations of the random (normal, zero-mean) weights.  The usual
 # Llama init (0.02 everywhere) makes a bad test model: attention is almost
@@ -99,17 +126,43 @@ def _init_std(name: str) -> float:
     return OTHER_STD
 
 
+# ChatML.  Without tools, tool calls or tool messages it renders exactly the
+# plain "<|im_start|>{role}\n{content}<|im_end|>\n" turns (the test suite's
+# greedy outputs depend on those prompts).  With them it follows Qwen's
+# Hermes-style templates: the tools as JSON lines in the system turn, each
+# assistant tool call as <tool_call>{"name": ..., "arguments": ...}</tool_call>
+# (arguments arrive parsed, as Hugging Face passes them), and tool results as
+# "tool" turns.  enable_thinking=false pre-closes the reasoning block.
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{% if message['role'] not in ['system', 'user', 'assistant'] %}"
-    "{{ raise_exception('Unsupported role: ' + message['role'] + "
-    "'. Only system, user and assistant are allowed.') }}"
+    "{% set ns = namespace(skip_first=false) %}"
+    "{% if tools %}"
+    "{{ '<|im_start|>system\\n' }}"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{{ messages[0]['content'] + '\\n\\n' }}{% set ns.skip_first = true %}"
     "{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content']"
-    " + '<|im_end|>' + '\\n' }}"
+    "{{ '# Tools\\n\\nYou may call one or more functions. Their signatures:\\n<tools>' }}"
+    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
+    "{{ '\\n</tools>\\nReturn each call as <tool_call>{\"name\": ..., \"arguments\": ...}'"
+    " + '</tool_call>.<|im_end|>\\n' }}"
+    "{% endif %}"
+    "{% for message in messages %}{% if not (loop.first and ns.skip_first) %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
+    "{{ raise_exception('Unsupported role: ' + message['role'] + "
+    "'. Only system, user, assistant and tool are allowed.') }}"
+    "{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{% set args = call['function']['arguments'] %}"
+    "{{ '\\n<tool_call>\\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": '"
+    " + (args if args is string else args | tojson) + '}\\n</tool_call>' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    "{{ '<|im_end|>\\n' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}"
+    "{% endif %}"
 )
 
 # --------------------------------------------------------------------------
@@ -296,7 +349,22 @@ def train_tokenizer(corpus: list[str]) -> Tokenizer:
         special_tokens=[("<s>", BOS_ID)],
     )
     _check_tokenizer(tokenizer)
+    _add_parser_tokens(tokenizer)
     return tokenizer
+
+
+def _add_parser_tokens(tokenizer: Tokenizer) -> None:
+    """Append the parser markers as added tokens (never split, never normalized)."""
+    for text, special in PARSER_TOKENS:
+        token = AddedToken(text, special=special, normalized=False)
+        if special:
+            tokenizer.add_special_tokens([token])
+        else:
+            tokenizer.add_tokens([token])
+    expected = dict(zip((t for t, _ in PARSER_TOKENS), range(VOCAB_SIZE, FULL_VOCAB_SIZE)))
+    actual = {text: tokenizer.token_to_id(text) for text in expected}
+    if actual != expected:
+        raise RuntimeError(f"parser tokens at {actual}, expected {expected}")
 
 
 def _check_tokenizer(tokenizer: Tokenizer) -> None:
@@ -344,16 +412,30 @@ def tensor_shapes(vocab_size: int) -> dict[str, tuple[int, ...]]:
 
 
 def make_weights(vocab_size: int) -> dict[str, np.ndarray]:
-    """Random float32 weights; norm weights are 1.0 as in a fresh Llama."""
+    """Random float32 weights; norm weights are 1.0 as in a fresh Llama.
+
+    The trained vocabulary's rows are drawn first, exactly as when the model
+    had no added tokens; the added tokens get random embeddings of their own
+    and all-zero lm_head rows (logit 0, far below the top trained logits, so
+    greedy outputs of prompts without them do not change).
+    """
     rng = np.random.default_rng(WEIGHTS_SEED)
     weights: dict[str, np.ndarray] = {}
     # Draw in sorted-name order so the values never depend on dict ordering.
-    for name, shape in sorted(tensor_shapes(vocab_size).items()):
+    for name, shape in sorted(tensor_shapes(VOCAB_SIZE).items()):
         if name.endswith("norm.weight"):
             weights[name] = np.ones(shape, dtype=np.float32)
         else:
             draw = rng.standard_normal(shape) * _init_std(name)
             weights[name] = draw.astype(np.float32)
+    added = vocab_size - VOCAB_SIZE
+    if added:
+        rows = np.random.default_rng(ADDED_ROWS_SEED).standard_normal((added, HIDDEN_SIZE))
+        embed = weights["model.embed_tokens.weight"]
+        weights["model.embed_tokens.weight"] = np.concatenate(
+            [embed, (rows * EMBED_STD).astype(np.float32)])
+        weights["lm_head.weight"] = np.concatenate(
+            [weights["lm_head.weight"], np.zeros((added, HIDDEN_SIZE), np.float32)])
     return weights
 
 
@@ -431,6 +513,12 @@ def generation_config() -> dict[str, object]:
     }
 
 
+def _added_tokens() -> list[tuple[int, tuple[str, bool]]]:
+    """(id, (text, special)) of every added token, in id order."""
+    return [*enumerate((t, True) for t in SPECIAL_TOKENS),
+            *enumerate(PARSER_TOKENS, start=VOCAB_SIZE)]
+
+
 def tokenizer_config() -> dict[str, object]:
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -449,9 +537,9 @@ def tokenizer_config() -> dict[str, object]:
                 "normalized": False,
                 "rstrip": False,
                 "single_word": False,
-                "special": True,
+                "special": special,
             }
-            for i, token in enumerate(SPECIAL_TOKENS)
+            for i, (token, special) in _added_tokens()
         },
         "chat_template": CHAT_TEMPLATE,
     }
@@ -483,7 +571,7 @@ def build(outdir: pathlib.Path) -> None:
     outdir.mkdir(parents=True, exist_ok=True)
 
     tokenizer = train_tokenizer(make_corpus())
-    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)  # FULL_VOCAB_SIZE
     # pretty=False: compact, and one less formatting choice to depend on.
     tokenizer.save(str(outdir / "tokenizer.json"), pretty=False)
 

@@ -1,0 +1,259 @@
+"""One choice's output -> reasoning, content and tool calls (vLLM's ``DelegatingParser``).
+
+The reasoning parser runs first; once reasoning ends (in the prompt already,
+or at ``</think>``), the text after it goes to the tool parser.  Forced tool
+choices ("required", a named tool) are read as JSON for the parsers that
+support that; ``tool_choice="none"`` leaves the text as content.
+
+Streaming: call :meth:`OutputParser.feed` once per engine step of the choice
+(with that step's new text and token ids, before any merging of steps; skip
+leading steps with neither), ``finished=True`` on the last.  It returns the
+:class:`~frontend.parsers.types.Delta` to send, or None for nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from frontend.parsers.forced import named_stream_delta, parse_required, required_stream_delta
+from frontend.parsers.reasoning.base import ReasoningParser
+from frontend.parsers.tokenizer import ParserTokenizer
+from frontend.parsers.tool.base import ToolParser
+from frontend.parsers.types import Delta, ToolCall
+
+
+@dataclass(slots=True)
+class ParsedOutput:
+    """A complete output, parsed.  ``tool_calls`` None: no tool call parsing
+    happened or found nothing ("auto"); [] for a forced choice with no call."""
+
+    reasoning: str | None
+    content: str | None
+    tool_calls: list[ToolCall] | None
+
+
+def named_tool(tool_choice: object) -> str | None:
+    """The function name of a named ``tool_choice``, else None."""
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        if isinstance(function, dict):
+            return function.get("name")
+    return None
+
+
+class OutputParser:
+    """Parses one choice of one request (create one per choice)."""
+
+    def __init__(self, tokenizer: ParserTokenizer, *,
+                 tool_parser: type[ToolParser] | None = None,
+                 reasoning_parser: type[ReasoningParser] | None = None,
+                 tools: list[dict] | None = None, tool_choice: object = None,
+                 include_reasoning: bool = True, chat_template_kwargs: dict | None = None,
+                 prompt_token_ids: Sequence[int] = ()) -> None:
+        self.reasoning = (reasoning_parser(tokenizer, chat_template_kwargs)
+                          if reasoning_parser is not None else None)
+        self.tool = (tool_parser(tokenizer, tools, tool_choice,
+                                 chat_template_kwargs=chat_template_kwargs)
+                     if tool_parser is not None else None)
+        self.tool_choice = tool_choice
+        self.include_reasoning = include_reasoning
+        self._named = named_tool(tool_choice)
+        # Engine-based parsers take each step's delta alone; the others are
+        # given the text (and ids) so far, as vLLM does.
+        self._engine_based = ((self.reasoning is None or self.reasoning.engine_based)
+                              and (self.tool is None or self.tool.engine_based))
+        if self.reasoning is None and self.tool is not None and self.tool.engine_based:
+            # Reasoning markup is plain content when no reasoning parser runs.
+            self.tool.skip_reasoning_parsing = True
+        self._prompt_ids = list(prompt_token_ids)
+        self._prompt_checked = False
+        self.reasoning_ended = False
+        self._tool_text_started = False
+        self._previous_text = ""
+        self._previous_ids: list[int] = []
+        self._name_returned = False
+        self.tools_streamed = False
+
+    # -- non-streaming ---------------------------------------------------------------
+
+    def parse(self, text: str) -> ParsedOutput:
+        if self.reasoning is not None:
+            reasoning, content = self.reasoning.extract(text)
+        else:
+            reasoning, content = None, text
+        tool_calls, content = self._extract_tool_calls(content)
+        if not self.include_reasoning:
+            reasoning = None
+        return ParsedOutput(reasoning, content, tool_calls)
+
+    def _extract_tool_calls(self, content: str | None
+                            ) -> tuple[list[ToolCall] | None, str | None]:
+        tool = self.tool
+        if tool is None:
+            return [], content
+        if self.tool_choice == "none":
+            if self._engine_based:
+                return [], tool.extract(content or "").content
+            return [], content
+        supports = tool.supports_required_and_named
+        required = self.tool_choice == "required"
+        if self._named is not None and supports:
+            if content is None or not content.strip():
+                return [], None
+            return [ToolCall(self._named, content)], None
+        if required and supports:
+            return parse_required(content), None
+        if self.tool_choice in ("auto", None) or self._named is not None or required:
+            info = tool.extract(content if content is not None else "")
+            if info.tools_called:
+                content = info.content
+                if content and not content.strip():
+                    content = None
+                return info.tool_calls, content
+            if (required or self._named is not None) and (content is None
+                                                           or not content.strip()):
+                return [], None
+            if self._engine_based:
+                return None, info.content or None
+            return None, content
+        return [], content
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        """Reasoning tokens among the choice's output tokens (usage details)."""
+        if self.reasoning is None:
+            return 0
+        return self.reasoning.count_reasoning_tokens(token_ids)
+
+    def is_reasoning_end(self, prompt_token_ids: Sequence[int]) -> bool:
+        """Whether the prompt already ends reasoning (no reasoning parser: False)."""
+        if self.reasoning is None:
+            return False
+        return self.reasoning.is_reasoning_end(prompt_token_ids)
+
+    # -- streaming -------------------------------------------------------------------
+
+    def feed(self, delta_text: str, delta_ids: Sequence[int], *,
+             finished: bool = False) -> Delta | None:
+        delta_ids = list(delta_ids)
+        reasoning = self.reasoning
+        if not self._prompt_checked:
+            self._prompt_checked = True
+            if reasoning is None or reasoning.is_reasoning_end(self._prompt_ids):
+                self.reasoning_ended = True
+
+        if self._engine_based:
+            current_text, current_ids = delta_text, delta_ids
+        else:
+            current_text = self._previous_text + delta_text
+            current_ids = self._previous_ids + delta_ids
+        delta: Delta | None = None
+        transitioned = False
+
+        if reasoning is not None and not self.reasoning_ended:
+            delta = reasoning.extract_streaming(self._previous_text, current_text, delta_text,
+                                                self._previous_ids, current_ids, delta_ids)
+            if reasoning.engine_based:
+                ended = reasoning.confirmed_end()
+            else:
+                ended = reasoning.is_reasoning_end_streaming(current_ids, delta_ids)
+            if ended:
+                self.reasoning_ended = transitioned = True
+                current_ids = reasoning.extract_content_ids(delta_ids)
+                # An engine-based parser may still hold text after the marker.
+                flushed = reasoning.finish_streaming() if reasoning.engine_based else None
+                current_text = ((delta.text if delta else "")
+                                + (flushed.text if flushed else ""))
+                if not self._engine_based:
+                    delta_text = current_text
+                elif self.tool is not None:
+                    if delta is not None:
+                        delta.content = None
+                elif current_text:
+                    delta = delta or Delta()
+                    delta.content = current_text
+
+        if self.tool is not None and self.reasoning_ended:
+            if not self._tool_text_started:
+                self._tool_text_started = True
+                self._previous_text, self._previous_ids = "", []
+                delta_text, delta_ids = current_text, current_ids
+            reasoning_text = delta.reasoning if delta is not None else None
+            delta = self._tool_step(current_text, delta_text, current_ids, delta_ids)
+            if reasoning_text:
+                if delta is None:
+                    delta = Delta(reasoning=reasoning_text)
+                elif not delta.reasoning:
+                    delta.reasoning = reasoning_text
+
+        in_reasoning = reasoning is not None and not self.reasoning_ended
+        in_tools = self.tool is not None and self.reasoning_ended
+        if delta is None and not transitioned and not in_reasoning and not in_tools:
+            delta = Delta(content=delta_text)
+
+        if self._engine_based:
+            self._previous_text, self._previous_ids = "", []
+        else:
+            self._previous_text, self._previous_ids = current_text, current_ids
+
+        if finished:
+            delta = self._finish(delta)
+        if delta is not None and not self.include_reasoning:
+            delta.reasoning = None
+            if not delta.content and not delta.tool_calls:
+                delta = None
+        if delta is not None and delta.tool_calls:
+            self.tools_streamed = True
+        return delta
+
+    def _tool_step(self, current_text: str, delta_text: str, current_ids: list[int],
+                   delta_ids: list[int]) -> Delta | None:
+        tool = self.tool
+        assert tool is not None
+        if self.tool_choice == "none":
+            if self._engine_based:
+                delta = tool.extract_streaming(self._previous_text, current_text, delta_text,
+                                               self._previous_ids, current_ids, delta_ids)
+                if delta is not None:
+                    delta.tool_calls = []
+                return delta
+            return Delta(content=delta_text) if delta_text else None
+        if tool.supports_required_and_named and self._named is not None:
+            delta, self._name_returned = named_stream_delta(delta_text, self._named,
+                                                            self._name_returned)
+            return delta
+        if tool.supports_required_and_named and self.tool_choice == "required":
+            delta, self._name_returned = required_stream_delta(self._previous_text,
+                                                               current_text)
+            return delta
+        return tool.extract_streaming(self._previous_text, current_text, delta_text,
+                                      self._previous_ids, current_ids, delta_ids)
+
+    def _finish(self, delta: Delta | None) -> Delta | None:
+        tool = self.tool
+        if tool is not None and delta is not None and delta.tool_calls:
+            last = delta.tool_calls[-1]
+            if last.has_function:
+                rest = tool.remaining_unstreamed_args()
+                last.arguments = (last.arguments or "") + rest
+        # Flush what engine-based parsers still hold.
+        parsers = []
+        if self.reasoning is not None and self.reasoning.engine_based \
+                and not self.reasoning_ended:
+            parsers.append(self.reasoning)
+        if tool is not None and tool.engine_based:
+            parsers.append(tool)
+        for parser in parsers:
+            flushed = parser.finish_streaming()
+            if flushed is None:
+                continue
+            if delta is None:
+                delta = flushed
+                continue
+            if flushed.content:
+                delta.content = (delta.content or "") + flushed.content
+            if flushed.reasoning:
+                delta.reasoning = (delta.reasoning or "") + flushed.reasoning
+            if flushed.tool_calls:
+                delta.tool_calls = delta.tool_calls + flushed.tool_calls
+        return delta

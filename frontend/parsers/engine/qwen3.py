@@ -1,0 +1,112 @@
+"""The Qwen3 output grammar: ``<think>`` reasoning and XML tool calls.
+
+::
+
+    <think>...</think>
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Paris
+    </parameter>
+    </function>
+    </tool_call>
+
+Parameter values are raw text; they become JSON strings, then the tool
+schema's types (numbers, booleans, objects) are applied.  Used by the
+``qwen3`` reasoning parser and the ``qwen3_coder``/``qwen3_xml`` tool parsers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+
+from frontend.parsers.engine.machine import Ev, Grammar, State
+from frontend.parsers.engine.parser import EngineParser
+from frontend.parsers.tokenizer import ParserTokenizer
+
+_PARAM_RE = re.compile(
+    r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))",
+    re.DOTALL)
+_OPEN_PARAM_RE = re.compile(r"<\s*parameter\s*=\s*([^>]+)>(.*)$", re.DOTALL)
+
+
+def _trim_newlines(value: str) -> str:
+    """Drop the one newline the template puts on each side of a value."""
+    if value.startswith("\n"):
+        value = value[1:]
+    if value.endswith("\n"):
+        value = value[:-1]
+    return value
+
+
+def parameters_to_json(raw: str, partial: bool) -> str:
+    """``<parameter=k>v</parameter>...`` -> ``{"k": "v", ...}`` (values as strings)."""
+    params: dict[str, object] = {}
+    for m in _PARAM_RE.finditer(raw):
+        params[m.group(1)] = _trim_newlines(m.group(2))
+    if partial:
+        m = _OPEN_PARAM_RE.search(_PARAM_RE.sub("", raw))
+        if m and m.group(1):
+            params[m.group(1)] = _trim_newlines(m.group(2))
+    return json.dumps(params, ensure_ascii=False)
+
+
+@functools.cache
+def qwen3_grammar(thinking: bool) -> Grammar:
+    S = State
+    return Grammar(
+        name="qwen3",
+        terminals={
+            "THINK_START": "<think>", "THINK_END": "</think>",
+            "TOOL_START": "<tool_call>", "TOOL_END": "</tool_call>",
+            "FUNC_PREFIX": "<function=", "FUNC_END": "</function>",
+            "PARAM_START": "<parameter=", "PARAM_END": "</parameter>",
+            "CLOSE_ANGLE": ">",
+        },
+        id_terminals={"THINK_START": "<think>", "THINK_END": "</think>",
+                      "TOOL_START": "<tool_call>", "TOOL_END": "</tool_call>"},
+        transitions={
+            (S.REASONING, "THINK_START"): (S.REASONING, ()),
+            (S.REASONING, "THINK_END"): (S.CONTENT, (Ev.REASONING_END,)),
+            # A repeated </think> after reasoning ended is dropped.
+            (S.CONTENT, "THINK_END"): (S.CONTENT, ()),
+            # A tool call ends reasoning implicitly.
+            (S.REASONING, "TOOL_START"): (S.TOOL_PREAMBLE, (Ev.REASONING_END, Ev.TOOL_START)),
+            (S.CONTENT, "TOOL_START"): (S.TOOL_PREAMBLE, (Ev.REASONING_END, Ev.TOOL_START)),
+            # <function= without <tool_call> still starts a call.
+            (S.CONTENT, "FUNC_PREFIX"): (S.TOOL_NAME, (Ev.TOOL_START,)),
+            (S.TOOL_PREAMBLE, "TOOL_END"): (S.CONTENT, (Ev.TOOL_END,)),
+            (S.TOOL_PREAMBLE, "FUNC_PREFIX"): (S.TOOL_NAME, ()),
+            (S.TOOL_NAME, "CLOSE_ANGLE"): (S.TOOL_ARGS, ()),
+            (S.TOOL_NAME, "FUNC_END"): (S.TOOL_BETWEEN, (Ev.TOOL_END,)),
+            (S.TOOL_ARGS, "FUNC_END"): (S.TOOL_BETWEEN, (Ev.TOOL_END,)),
+            # Parameter tags are part of the raw argument text.
+            (S.TOOL_ARGS, "PARAM_START"): (S.TOOL_ARGS, (Ev.ARGS,)),
+            (S.TOOL_ARGS, "PARAM_END"): (S.TOOL_ARGS, (Ev.ARGS,)),
+            (S.TOOL_BETWEEN, "TOOL_END"): (S.CONTENT, ()),
+            (S.TOOL_BETWEEN, "TOOL_START"): (S.TOOL_PREAMBLE, (Ev.TOOL_START,)),
+            (S.TOOL_BETWEEN, "FUNC_PREFIX"): (S.TOOL_NAME, (Ev.TOOL_START,)),
+        },
+        initial_state=S.REASONING if thinking else S.CONTENT,
+        wait_for_reasoning=thinking,
+        arg_converter=parameters_to_json,
+        args_json=False,
+        strip_trailing_reasoning_ws=False,
+        turn_boundary_tokens=frozenset(("<|im_start|>", "<|im_end|>")),
+    )
+
+
+class Qwen3Parser(EngineParser):
+    """Qwen3's grammar; ``enable_thinking=False`` starts in content."""
+
+    def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,
+                 tool_choice: object = None, chat_template_kwargs: dict | None = None) -> None:
+        self.thinking = (chat_template_kwargs or {}).get("enable_thinking", True)
+        super().__init__(qwen3_grammar(bool(self.thinking)), tokenizer, tools, tool_choice)
+
+    def extract_reasoning(self, text: str) -> tuple[str | None, str | None]:
+        if not self.thinking:
+            return None, text
+        return super().extract_reasoning(text)

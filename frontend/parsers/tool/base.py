@@ -1,0 +1,91 @@
+"""The tool parser interface (vLLM 0.32's ``ToolParser`` contract).
+
+A tool parser instance belongs to one choice of one request.  ``extract``
+parses a complete output; ``extract_streaming`` is called once per engine step
+with the text so far (``previous_text + delta_text == current_text``) and the
+token ids likewise, and returns what to send for this step.
+
+Class attributes describe what vLLM's ``adjust_request`` does for the parser
+(see :mod:`frontend.parsers.adjust`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import ClassVar
+
+from frontend.parsers.tokenizer import ParserTokenizer
+from frontend.parsers.types import Delta, ExtractedToolCalls
+
+
+class ToolParser:
+    # vLLM handles tool_choice "required"/named for this parser by forcing a
+    # JSON array / the tool's parameters with a JSON schema and parsing that;
+    # False: the parser's own format is parsed as with "auto".  vLLM's
+    # default VLLM_ENFORCE_STRICT_TOOL_CALLING=1 turns it off for every
+    # parser with a structural tag model.
+    supports_required_and_named: ClassVar[bool] = True
+    # xgrammar structural tag format that constrains this parser's calls.
+    structural_tag_model: ClassVar[str | None] = None
+    # When adjust_request sets skip_special_tokens=False: "with_tools"
+    # (tools given and tool_choice != "none"), "always", or None.
+    keeps_special_tokens: ClassVar[str | None] = None
+    # Parses each delta on its own state (vLLM's engine-based parsers).
+    engine_based: ClassVar[bool] = False
+    # For "required"/named, Mistral's parsers force a bare [{"name", "arguments"}] array.
+    mistral_guided_schema: ClassVar[bool] = False
+
+    def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,
+                 tool_choice: object = None, chat_template_kwargs: dict | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.tools = tools or []
+        self.tool_choice = tool_choice
+        # What vLLM's serving layer reads back at the end of a stream.
+        self.prev_tool_call_arr: list[dict] = []
+        self.streamed_args_for_tool: list[str] = []
+
+    @classmethod
+    def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
+        """Raise ValueError if the model's tokenizer lacks the parser's tokens."""
+
+    def extract(self, text: str) -> ExtractedToolCalls:
+        raise NotImplementedError
+
+    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
+                          previous_ids: Sequence[int], current_ids: Sequence[int],
+                          delta_ids: Sequence[int]) -> Delta | None:
+        raise NotImplementedError
+
+    def finish_streaming(self) -> Delta | None:
+        """Anything still buffered at the end of the stream (engine-based parsers)."""
+        return None
+
+    def remaining_unstreamed_args(self) -> str:
+        """Arguments of the last call parsed but not yet sent (vLLM appends
+        them to the last tool call piece of the final delta)."""
+        if not self.prev_tool_call_arr:
+            return ""
+        index = len(self.prev_tool_call_arr) - 1
+        last = self.prev_tool_call_arr[index]
+        args = last.get("arguments", {}) if isinstance(last, dict) else {}
+        expected = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        sent = (self.streamed_args_for_tool[index]
+                if index < len(self.streamed_args_for_tool) else "")
+        return expected[len(sent):] if expected.startswith(sent) else ""
+
+
+def partial_tag_overlap(text: str, tag: str) -> int:
+    """Length of the longest proper prefix of ``tag`` that ends ``text``."""
+    for k in range(min(len(tag) - 1, len(text)), 0, -1):
+        if text.endswith(tag[:k]):
+            return k
+    return 0
+
+
+def is_complete_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,167 @@
+"""Reasoning parsers against vLLM 0.32's own, output by output.
+
+As in test_tool_parsers.py: each output goes through vLLM's parser stack and
+ours; the non-streaming split, every streamed delta (token by token, in
+chunks, whole), the reasoning token counts and whether the prompt already
+ended reasoning must be identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from frontend.model import load_model_info
+from frontend.parsers import ChatParsers, ParserTokenizer
+from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ
+
+OFF = {"enable_thinking": False}
+CLOSED = "<think>\n\n</think>\n\n"  # what the template adds for enable_thinking=false
+
+COMMON = [
+    Case("tags", "<think>Let me think. The user says hi.</think>Hello there!", tools=None),
+    Case("no-start", "The user says hi.</think>\n\nHello!", tools=None),
+    Case("no-end", "<think>still thinking about", tools=None),
+    Case("no-markers", "Just an answer.", tools=None),
+    Case("empty-reasoning", "<think></think>Answer", tools=None),
+    Case("no-content", "<think>only reasoning</think>", tools=None),
+    Case("newlines", "<think>\nstep one\nstep two\n</think>\n\nThe answer.", tools=None),
+    Case("twice", "<think>a</think>b<think>c</think>d", tools=None),
+    Case("end-twice", "a</think>b</think>c", tools=None),
+    Case("unicode", "<think>日本語 👍🏽 naïve</think>café ☕", tools=None),
+    Case("hidden", "<think>secret</think>visible", tools=None, include_reasoning=False),
+    Case("hidden-no-end", "<think>secret forever", tools=None, include_reasoning=False),
+    Case("no-eos", "<think>r</think>c", tools=None, eos=False),
+    Case("prompt-opened", "the plan</think>Answer.", tools=None, prompt_suffix="<think>\n"),
+    Case("prompt-closed", "Answer without thinking.", tools=None, prompt_suffix=CLOSED,
+         chat_template_kwargs=OFF),
+    Case("prompt-closed-kwargs-only", "Answer.</think>more", tools=None,
+         chat_template_kwargs=OFF),
+    Case("prompt-closed-tokens-only", "Answer.</think>more", tools=None, prompt_suffix=CLOSED),
+    Case("special-token-text", "a<s>b</think>c</s>d", tools=None),
+    Case("special-token-skipped", "a<s>b</think>c</s>d", tools=None, skip_special=True),
+    Case("tool-markup", "plan <tool_call>\n{\"name\": \"x\"}\n</tool_call> after", tools=None),
+    Case("partial-end-tag", "thinking </thi", tools=None),
+    Case("trailing-space", "<think>a  \n</think>  b  ", tools=None),
+]
+
+ALL = [(parser, case) for parser in ("deepseek_r1", "qwen3") for case in COMMON]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir):
+    return load_model_info(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def differ(model, tiny_model_dir):
+    from vllm.tokenizers import get_tokenizer
+
+    return Differ(model, get_tokenizer(str(tiny_model_dir)))
+
+
+@pytest.mark.parametrize("parser, case", ALL, ids=[f"{p}-{c}" for p, c in ALL])
+def test_non_streaming_matches_vllm(differ, parser, case):
+    differ.compare_whole(None, parser, case)
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("parser, case", ALL, ids=[f"{p}-{c}" for p, c in ALL])
+def test_streaming_matches_vllm(differ, parser, case, chunking):
+    differ.compare_stream(None, parser, case, chunking)
+
+
+@pytest.mark.parametrize("parser", ["deepseek_r1", "qwen3"])
+@pytest.mark.parametrize("suffix, kwargs", [("", None), ("<think>\n", None), (CLOSED, None),
+                                            (CLOSED, OFF), ("", OFF)])
+def test_prompt_reasoning_end_matches_vllm(differ, parser, suffix, kwargs):
+    """What the engine request's ``reasoning_ended`` is set from."""
+    case = Case("prompt", "", tools=None, prompt_suffix=suffix, chat_template_kwargs=kwargs)
+    prompt = differ.prompt_ids(case)
+    vparser, _ = differ.vllm_parser(None, parser, case)
+    parsers = ChatParsers(differ.tokenizer, reasoning_parser=parser)
+    ours = parsers.reasoning_ended(prompt, chat_template_kwargs=kwargs)
+    assert ours == vparser.is_reasoning_end(prompt)
+    assert parsers.reasoning_ended(prompt, include_reasoning=False) is True
+    assert ChatParsers(differ.tokenizer, tool_parser="hermes").reasoning_ended(prompt) is None
+
+
+def test_reasoning_token_count(model):
+    """<think>, </think> and what follows do not count; what is between does."""
+    tok = ParserTokenizer.from_model(model)
+    ids = model.encode("<think>one two</think>three", add_special_tokens=False)
+    inner = len(model.encode("one two", add_special_tokens=False))
+    for name in ("deepseek_r1", "qwen3"):
+        parser = ChatParsers(tok, reasoning_parser=name).new()
+        parser.parse(model.decode(ids))
+        assert parser.count_reasoning_tokens(ids) == inner, name
+        streamed = ChatParsers(tok, reasoning_parser=name).new()
+        for i, token in enumerate(ids):
+            streamed.feed(model.decode([token]), [token], finished=i == len(ids) - 1)
+        assert streamed.count_reasoning_tokens(ids) == inner, name
+
+
+# ---------------------------------------------------------------- Mistral [THINK]
+
+MISTRAL = [
+    Case("think-answer", "[THINK]Plan: check.[/THINK]The answer.", tools=None),
+    Case("think-call", '[THINK]Plan.[/THINK][TOOL_CALLS]search[ARGS]{"query": "x"}'),
+    Case("think-implicit-end", '[THINK]Plan.[TOOL_CALLS]search[ARGS]{"query": "x"}'),
+    Case("no-think", 'Hello[TOOL_CALLS]search[ARGS]{"query": "x"}'),
+    Case("unterminated", "[THINK]still planning", tools=None),
+    Case("think-twice", "[THINK]a[/THINK]b[THINK]c[/THINK]d", tools=None),
+    Case("trailing-space", "[THINK]a  \n[/THINK]  b", tools=None),
+    Case("hidden", "[THINK]secret[/THINK]shown", tools=None, include_reasoning=False),
+    Case("skipped-special", "[THINK]a[/THINK]b", tools=None, skip_special=True),
+]
+MISTRAL_STACKS = [(None, "mistral"), ("mistral", "mistral"), ("mistral", None),
+                  ("hermes", "mistral")]
+
+
+@pytest.fixture(scope="module")
+def magistral_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model's tokenizer with Magistral's [THINK]/[/THINK] special tokens."""
+    import json
+    import shutil
+
+    from tokenizers import AddedToken, Tokenizer
+
+    target = tmp_path_factory.mktemp("magistral")
+    for name in ("config.json", "generation_config.json", "special_tokens_map.json"):
+        shutil.copy(tiny_model_dir / name, target / name)
+    tokenizer = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
+    config = json.loads((tiny_model_dir / "tokenizer_config.json").read_text())
+    for text in ("[THINK]", "[/THINK]"):
+        tokenizer.add_special_tokens([AddedToken(text, special=True, normalized=False)])
+        config["added_tokens_decoder"][str(tokenizer.token_to_id(text))] = {
+            "content": text, "lstrip": False, "normalized": False, "rstrip": False,
+            "single_word": False, "special": True}
+    tokenizer.save(str(target / "tokenizer.json"))
+    (target / "tokenizer_config.json").write_text(json.dumps(config))
+    return target
+
+
+@pytest.fixture(scope="module")
+def magistral(magistral_dir):
+    from vllm.tokenizers import get_tokenizer
+
+    return Differ(load_model_info(str(magistral_dir)), get_tokenizer(str(magistral_dir)))
+
+
+@pytest.mark.parametrize("tool, reasoning", MISTRAL_STACKS)
+@pytest.mark.parametrize("case", MISTRAL, ids=str)
+def test_mistral_think_matches_vllm(magistral, tool, reasoning, case):
+    if tool is not None and case.tools is None:
+        case = dataclasses.replace(case, tools=TOOLS)
+    magistral.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        magistral.compare_stream(tool, reasoning, case, chunking)
+
+
+@pytest.mark.parametrize("case", MISTRAL[:4], ids=str)
+def test_mistral_without_think_token_matches_vllm(differ, case):
+    """Without [THINK] in the vocabulary the mistral reasoning parser finds none."""
+    differ.compare_whole("mistral", "mistral", case)
+    for chunking in CHUNKINGS:
+        differ.compare_stream("mistral", "mistral", case, chunking)
