@@ -58,6 +58,8 @@ CPU_FLAGS: list[tuple[tuple[str, ...], list[str]]] = [
     (("--kv-cache-memory-bytes", "--gpu-memory-utilization"),
      ["--kv-cache-memory-bytes", "128M"]),
 ]
+# Data parallel on a CPU host: the ranks must not share pinned cores.
+DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
 # Set from --frontend-addr; a second value would silently win in vllm's parser.
 RESERVED_FLAGS = ("--headless", "--data-parallel-address", "-dpa",
                   "--data-parallel-rpc-port", "-dpp")
@@ -106,6 +108,9 @@ def build_command(model: str, host: str, port: int, vllm_args: Sequence[str], *,
                "--headless", "--data-parallel-address", host,
                "--data-parallel-rpc-port", str(port)]
     defaults = {**(CPU_ENV if on_cpu else {}), **(OFFLINE_ENV if os.path.isdir(model) else {})}
+    if on_cpu and given_flags(vllm_args, DATA_PARALLEL_FLAGS):
+        # Every rank would pin its OpenMP threads to the same cores (NUMA node 0).
+        defaults["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     if on_cpu:
         for flags, default in CPU_FLAGS:
             # VLLM_CPU_KVCACHE_SPACE sizes the KV cache too (and wins).

@@ -12,6 +12,7 @@ import tempfile
 from frontend.engine_client import derive_addresses
 from frontend.model import load_model_info
 from frontend.ops import flags, logs
+from frontend.routing import POLICIES
 from frontend.server import Server, ServerConfig
 from frontend.state import ServingConfig
 
@@ -44,6 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default=None, help="chat template file or inline text")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    g = p.add_argument_group("data parallel (several engine ranks)")
+    g.add_argument("--data-parallel-size", "-dp", type=int, default=1, metavar="N",
+                   help="engine ranks (vLLM's flag): wait for N ranks on --engine-addr, "
+                        "route every request to one of them (default 1)")
+    g.add_argument("--dp-routing", choices=POLICIES, default="prefix",
+                   help="prefix: the rank holding the longest cached prefix of the prompt "
+                        "unless it is loaded well above the others; load: the least loaded "
+                        "(default prefix)")
+    p.add_argument("--engine-stall-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="an engine rank that has requests but sends nothing for this long "
+                        "is stalled: its requests end with an error and /health answers "
+                        "503 unless another rank serves; it serves again once it sends "
+                        "(default 60; 0 disables)")
     p.add_argument("--engine-ready-timeout", type=float,
                    default=float(os.environ.get("VLLM_ENGINE_READY_TIMEOUT_S", 600)),
                    help="seconds to wait for the engine at start-up (default 600)")
@@ -76,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
                                 served_names=args.served_model_name,
                                 chat_template_path=args.chat_template)
+        if args.data_parallel_size < 1:
+            raise ValueError("--data-parallel-size must be at least 1")
+        if args.data_parallel_size > 1 and model.num_experts:
+            raise ValueError(
+                f"{args.model} is a mixture-of-experts model ({model.num_experts} experts): "
+                "its data-parallel ranks must step together in waves driven by vLLM's DP "
+                "coordinator, which this frontend does not implement. Run it with "
+                "--data-parallel-size 1 per frontend, or behind vLLM's own API server")
     except (ValueError, OSError) as e:
         print(f"frontend: {e}", file=sys.stderr)
         return 2
@@ -88,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         host=args.host, port=args.port, engine_ready_timeout=args.engine_ready_timeout,
         shutdown_timeout=args.shutdown_timeout, engine_state_file=state_file or None,
         max_request_body=args.max_request_body_size,
+        data_parallel_size=args.data_parallel_size, dp_routing=args.dp_routing,
+        engine_stall_timeout=max(args.engine_stall_timeout, 0.0),
         serving=ServingConfig(max_logprobs=args.max_logprobs,
                               force_include_usage=args.enable_force_include_usage,
                               max_stream_buffer=args.max_stream_buffer,
@@ -102,11 +126,11 @@ async def _run(server: Server) -> int:
         await server.start()
     except (TimeoutError, OSError) as e:
         log.error("%s", e)
-        await server.engine.close()
+        await server.close_engine_link()
         return 1
     except Exception as e:  # version mismatch and other start-up refusals
         log.error("cannot start: %s", e)
-        await server.engine.close()
+        await server.close_engine_link()
         return 1
     await server.serve_forever()
     return 0

@@ -6,11 +6,17 @@ The engine reader calls :meth:`Table.on_outputs` once per engine message: each
 output is routed to its choice, detokenized and stop-checked right there (work
 per engine step, not per client), and every touched group is woken once.
 
+Under data parallel every group goes to one engine rank, chosen by the router
+(``routing.py``) when it is submitted; aborts go to the rank that owns the
+request, and a rank that is lost fails only its own groups.
+
 Invariants (tests check the table is empty after every request):
 * an entry exists only while its engine request may still produce output;
 * an entry leaves the table when the engine finishes it, when we abort it
-  (client gone, stop string, failed sibling, slow consumer) or when the engine
-  dies; aborts go only to engine requests that have not finished.
+  (client gone, stop string, failed sibling, slow consumer) or when its
+  engine rank is lost; aborts go only to engine requests that have not
+  finished;
+* the router's in-flight count of a rank is the number of its entries.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from frontend.errors import ApiError, engine_failure, internal_error
+from frontend.routing import Router
 from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
 from protocol import wire
 from protocol.sampling import ModelLimits, SamplingParams
@@ -41,9 +48,11 @@ RECENTLY_GONE_MAX = 8192
 class Engine(Protocol):
     """What the table needs of the engine link."""
 
-    def send_add(self, frames: list[bytes]) -> None: ...
+    def send_add(self, frames: list[bytes], rank: int) -> None: ...
 
-    def abort(self, request_ids: Sequence[str]) -> None: ...
+    def abort(self, rank: int, request_ids: Sequence[str]) -> None: ...
+
+    def routable_ranks(self) -> list[int]: ...
 
 
 class TableObserver(Protocol):
@@ -110,9 +119,9 @@ class Delta:
 class Choice:
     """One engine request: a (prompt, sample) pair of a client request."""
 
-    __slots__ = ("group", "index", "prompt_index", "engine_id", "prompt_token_ids",
-                 "params", "detok", "logprobs", "finish_reason", "stop_reason",
-                 "finished", "num_cached_tokens",
+    __slots__ = ("group", "index", "prompt_index", "engine_id", "engine_index",
+                 "prompt_token_ids", "params", "detok", "logprobs", "finish_reason",
+                 "stop_reason", "finished", "num_cached_tokens",
                  "weight_version", "weight_starts", "sent_tokens", "open_delta")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
@@ -122,6 +131,7 @@ class Choice:
         self.index = index
         self.prompt_index = prompt_index
         self.engine_id = engine_id
+        self.engine_index = 0  # the engine rank serving it (set on submit)
         self.prompt_token_ids = prompt_token_ids
         self.params = params
         self.detok = detok
@@ -216,11 +226,12 @@ class Table:
     """All live engine requests of this frontend."""
 
     def __init__(self, engine: Engine, model: "ModelInfo",
-                 limits: Callable[[], ModelLimits],
+                 limits: Callable[[], ModelLimits], router: Router | None = None,
                  observer: TableObserver | None = None) -> None:
         self.engine = engine
         self.model = model
         self._limits = limits
+        self.router = router or Router()
         self.entries: dict[str, Choice] = {}
         self.token_texts = TokenTexts(model)
         # Engine ids this process aborted or saw finish recently: a late output
@@ -264,7 +275,8 @@ class Table:
         return choice
 
     def submit(self, group: Group, *, priority: int = 0, cache_salt: str | None = None) -> None:
-        """Validate and encode every engine request first; only then send any.
+        """Validate and encode every engine request first; only then send any,
+        all to the one rank the router picks.
 
         A batch with one bad prompt is rejected as a whole, before the engine
         sees anything (it would die on some invalid requests).
@@ -278,16 +290,40 @@ class Table:
                 external_req_id=group.request_id), limits)
             for c in group.choices
         ]
-        for choice, frame in zip(group.choices, frames):
-            self.entries[choice.engine_id] = choice
-            group.num_unfinished += 1
+        candidates = self.engine.routable_ranks()
+        if not candidates:
+            group.error = engine_failure("no engine rank is attached")
+            raise group.error
+        prompts = list({id(c.prompt_token_ids): c.prompt_token_ids
+                        for c in group.choices}.values())
+        rank = self.router.pick(prompts, candidates)
+        self.router.remember(rank, prompts)
+        for choice in group.choices:
+            choice.engine_index = rank
+            self._enter(choice)
+        group.num_unfinished += len(group.choices)
+        for frame in frames:
             try:
-                self.engine.send_add(frame)
+                self.engine.send_add(frame, rank)
             except Exception as e:
                 self._fail_group(group, engine_failure(str(e)))
                 raise group.error from e
         if self.observer:
             self.observer.on_submit(group)
+
+    def _enter(self, choice: Choice) -> None:
+        self.entries[choice.engine_id] = choice
+        self.router.started(choice.engine_index)
+
+    def _drop(self, choice: Choice) -> bool:
+        """Take an entry out of the table; False if it was gone already."""
+        if self.entries.pop(choice.engine_id, None) is None:
+            return False
+        self.router.finished(choice.engine_index)
+        return True
+
+    def in_flight(self, rank: int) -> int:
+        return self.router.ranks[rank].in_flight
 
     # ------------------------------------------------------------ outputs
     def on_outputs(self, batch: list[wire.StepOutputs]) -> None:
@@ -300,7 +336,7 @@ class Table:
             for out in outs.outputs:
                 choice = entries.get(out.request_id)
                 if choice is None:
-                    self._on_unknown_output(out)
+                    self._on_unknown_output(out, outs.engine_index)
                     continue
                 group = choice.group
                 self._apply(choice, out, outs.weight_version)
@@ -308,6 +344,8 @@ class Table:
                     touched[id(group)] = group
             if observer:
                 observer.on_step(outs)
+            if len(outs.scheduler_stats) > 1:
+                self.router.on_stats(outs.engine_index, outs.scheduler_stats)
         for group in touched.values():
             sink = group.sink
             if sink is not None and group.pending:
@@ -331,7 +369,7 @@ class Table:
         finish = out.finish_reason
         if finish == FINISH_ERROR:
             choice.finished = True  # the engine has freed it: never abort it
-            del self.entries[choice.engine_id]
+            self._drop(choice)
             self._fail_group(group, internal_error())
             return
         if out.prefill_stats:  # the first output of a request
@@ -342,8 +380,8 @@ class Table:
         matched = choice.detok.update(new_ids, finish == FINISH_STOP)
         if matched is not None:
             new_ids = new_ids[:len(choice.detok.token_ids) - num_prev]
-            if finish is None:
-                self._abort_ids([choice.engine_id])  # the engine knows no stop strings
+            if finish is None:  # the engine knows no stop strings
+                self._abort(choice.engine_index, [choice.engine_id])
             finish, stop_reason = FINISH_STOP, matched
         if weight_version != choice.weight_version and new_ids and weight_version is not None:
             choice.weight_version = weight_version
@@ -357,7 +395,7 @@ class Table:
             choice.finished = True
             choice.finish_reason = FINISH_NAMES[finish]
             choice.stop_reason = stop_reason
-            del self.entries[choice.engine_id]
+            self._drop(choice)
             group.num_unfinished -= 1
             if self.observer:
                 self.observer.on_choice_finished(choice)
@@ -412,20 +450,28 @@ class Table:
                                 lp.logprobs.rows()[:num_tokens],
                                 lp.ranks.flat()[:num_tokens])
 
-    def _on_unknown_output(self, out: wire.EngineCoreOutput) -> None:
+    def _on_unknown_output(self, out: wire.EngineCoreOutput, rank: int) -> None:
         """A request this process does not track: aborted here, or left over by a
         previous frontend process before a re-attach. Stop the latter."""
         rid = out.request_id
         if out.finish_reason is None and rid not in self._recently_gone:
-            self._abort_ids([rid])
+            self._abort(rank, [rid])
 
-    def _abort_ids(self, ids: list[str]) -> None:
+    def _abort(self, rank: int, ids: list[str]) -> None:
+        """ABORT engine requests of ``rank``; late outputs for them are expected."""
         gone = self._recently_gone
         for rid in ids:
             gone[rid] = None
         while len(gone) > RECENTLY_GONE_MAX:
             del gone[next(iter(gone))]
-        self.engine.abort(ids)
+        self.engine.abort(rank, ids)
+
+    def _drop_unfinished(self, group: Group) -> None:
+        """Take the group's unfinished entries out and ABORT them in the engine
+        (a group's choices all run on one rank)."""
+        unfinished = [c.engine_id for c in group.choices if not c.finished and self._drop(c)]
+        if unfinished:
+            self._abort(group.choices[0].engine_index, unfinished)
 
     # ------------------------------------------------------------ teardown
     def release(self, group: Group) -> None:
@@ -433,10 +479,7 @@ class Table:
         if group.released:
             return
         group.released = True
-        unfinished = [c.engine_id for c in group.choices
-                      if not c.finished and self.entries.pop(c.engine_id, None) is not None]
-        if unfinished:
-            self._abort_ids(unfinished)
+        self._drop_unfinished(group)
         group.num_unfinished = 0
         if self.observer:
             self.observer.on_release(group)
@@ -457,30 +500,25 @@ class Table:
         """Fail a group and abort its other engine requests (a sibling failed)."""
         if group.error is None:
             group.error = error
-        unfinished = [c.engine_id for c in group.choices
-                      if not c.finished and self.entries.pop(c.engine_id, None) is not None]
+        self._drop_unfinished(group)
         for c in group.choices:
             c.finished = True
         group.num_unfinished = 0
-        if unfinished:
-            self._abort_ids(unfinished)
         group.wake()
 
-    def fail_all(self, reason: str) -> None:
-        """The engine died: every group in flight ends with an error now."""
-        groups = {id(c.group): c.group for c in self.entries.values()}
-        self.entries.clear()
+    def fail_rank(self, rank: int, reason: str) -> None:
+        """Engine rank ``rank`` is lost (dead or stalled): its groups end with an
+        error now; their engine requests are aborted if the rank can still hear
+        it (a stalled rank that resumes then frees them)."""
+        groups = {id(c.group): c.group for c in self.entries.values()
+                  if c.engine_index == rank}
         for group in groups.values():
-            if group.error is None:
-                group.error = engine_failure(reason)
-            group.num_unfinished = 0
-            group.wake()
+            self._fail_group(group, engine_failure(reason))
+        self.router.forget(rank)
 
     def abort_all(self, reason: str) -> None:
-        """Shutdown without draining: ABORT every unfinished engine request (noted
-        as gone, so late outputs for them are dropped, not aborted again) and
-        fail its group."""
-        if self.entries:
-            self._abort_ids(list(self.entries))
-        self.fail_all(reason)
-
+        """Shutdown without draining: every group in flight fails, and every
+        unfinished engine request is aborted."""
+        groups = {id(c.group): c.group for c in self.entries.values()}
+        for group in groups.values():
+            self._fail_group(group, engine_failure(reason))

@@ -71,6 +71,8 @@ class ModelInfo:
     tokenizer_config: dict[str, Any] = field(default_factory=dict)
     # Set for byte-level BPE tokenizers: the fast incremental decoder's tables.
     byte_level: ByteLevelTexts | None = None
+    # Mixture of experts (vLLM's ModelConfig.is_moe): data parallel needs waves.
+    num_experts: int = 0
 
     @property
     def name(self) -> str:
@@ -146,6 +148,7 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
         added_token_ids=added,
         special_token_ids=special,
         tokenizer_config=tok_config,
+        num_experts=_num_experts(text_config),
     )
     info.max_chars_per_token = max(
         (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
@@ -155,6 +158,17 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
         log.info("default sampling parameters from generation_config.json: %s",
                  info.default_sampling)
     return info
+
+
+def _num_experts(config: dict[str, Any]) -> int:
+    """vLLM's get_num_experts: the first expert count the config names, else the
+    largest of its MoE blocks (heterogeneous models)."""
+    for key in ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts"):
+        value = config.get(key)
+        if value:
+            return int(value[0] if isinstance(value, list) else value)
+    return max((int(b.get("n_routed_experts") or 0) for b in config.get("block_configs") or []
+                if isinstance(b, dict) and b.get("block_type") == "moe"), default=0)
 
 
 def _first_int(value: Any) -> int | None:

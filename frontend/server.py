@@ -17,9 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import zmq
 from aiohttp import web
 
 from frontend.engine_client import EngineAddresses, EngineClient
+from frontend.engine_handshake import HandshakeServer
 from frontend.errors import error_middleware
 from frontend.fanout import Table
 from frontend.model import ModelInfo
@@ -28,6 +30,7 @@ from frontend.ops import admission, listeners, security, systemd
 from frontend.ops.flags import OpsConfig
 from frontend.ops.metrics import EngineMetrics, Metrics
 from frontend.render import Renderer
+from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
 from protocol.handshake import ReadyResponse
 
@@ -44,6 +47,9 @@ class ServerConfig:
     shutdown_timeout: float = 30.0
     max_request_body: int = 32 * 1024 * 1024
     engine_state_file: str | None = None
+    data_parallel_size: int = 1
+    dp_routing: str = "prefix"
+    engine_stall_timeout: float = 0.0
     serving: ServingConfig = field(default_factory=ServingConfig)
     ops: OpsConfig = field(default_factory=OpsConfig)
 
@@ -52,16 +58,23 @@ class Server:
     def __init__(self, model: ModelInfo, addresses: EngineAddresses,
                  config: ServerConfig) -> None:
         self.config = config
-        self.engine = EngineClient(addresses, on_outputs=self._on_outputs,
-                                   on_dead=self._on_engine_dead, on_ready=self._on_ready,
-                                   state_file=config.engine_state_file)
+        self.notifier = systemd.Notifier.from_env()
+        dp = config.data_parallel_size
+        self.handshake = HandshakeServer(addresses.handshake, addresses.inputs,
+                                         addresses.outputs, dp, on_status=self.notifier.status)
+        self.router = Router(dp, config.dp_routing)
+        self.engine = EngineClient(
+            addresses.inputs[0], addresses.outputs[0], data_parallel_size=dp,
+            on_outputs=self._on_outputs, on_rank_lost=self._on_rank_lost,
+            on_rank_attached=self._on_rank_attached, in_flight=self._in_flight,
+            stall_timeout=config.engine_stall_timeout, state_file=config.engine_state_file)
         engine_metrics = None if config.ops.disable_log_stats else EngineMetrics()
-        self.table = Table(self.engine, model, self._model_limits, observer=engine_metrics)
+        self.table = Table(self.engine, model, self._model_limits, self.router,
+                           observer=engine_metrics)
         self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model))
         self.limits = admission.LimitsState(config.ops.max_concurrent_requests,
                                             config.max_request_body)
         self.metrics = Metrics(self.state, self.limits, engine_metrics)
-        self.notifier = systemd.Notifier.from_env()
         self.runner: web.AppRunner | None = None
         self._stopped = asyncio.Event()
 
@@ -72,14 +85,19 @@ class Server:
     def _model_limits(self):
         return self.state.model_limits()
 
-    def _on_engine_dead(self, reason: str) -> None:
-        self.table.fail_all(reason)
-        self.notifier.status(f"engine dead ({reason}); waiting for an engine to attach")
+    def _in_flight(self, rank: int) -> int:
+        return self.router.ranks[rank].in_flight
 
-    def _on_ready(self, ready: ReadyResponse) -> None:
-        self.state.engine_attached(ready)
-        if self.runner is not None:  # an engine attached after a restart
-            self.notifier.status("engine attached again; serving")
+    def _on_rank_lost(self, rank: int, reason: str) -> None:
+        self.table.fail_rank(rank, reason)
+        if not self.engine.alive:
+            self.notifier.status(f"no engine rank serving ({reason}); waiting for one")
+
+    def _on_rank_attached(self, rank: int, ready: ReadyResponse) -> None:
+        self.router.configure(rank, ready.block_size, ready.num_gpu_blocks)
+        self.state.engine_attached(self.engine.ready)
+        if self.runner is not None:  # a rank attached after a restart
+            self.notifier.status(f"engine rank {rank} attached again; serving")
 
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
@@ -122,7 +140,8 @@ class Server:
     async def start(self) -> None:
         started = time.monotonic()
         self.notifier.start_watchdog()
-        self.notifier.status(f"waiting for an engine at {self.engine.addresses.handshake}")
+        self.notifier.status(f"waiting for an engine at {self.handshake.address}")
+        self.handshake.start(zmq.Context.instance())
         await self.engine.start(timeout=self.config.engine_ready_timeout,
                                 progress=self.notifier.status)
         engine_ready_at = time.monotonic()
@@ -167,5 +186,9 @@ class Server:
             self.table.abort_all("the frontend is shutting down")
         if self.runner is not None:
             await self.runner.cleanup()
-        await self.engine.close()
+        await self.close_engine_link()
         log.info("stopped")
+
+    async def close_engine_link(self) -> None:
+        await self.handshake.close()
+        await self.engine.close()

@@ -35,11 +35,20 @@ class ServingConfig:
 class EngineLink(Protocol):
     """What handlers may ask of the engine link."""
 
-    alive: bool
+    alive: bool  # some rank takes requests
     death_reason: str | None
     num_aborts_sent: int
+    data_parallel_size: int
 
-    async def call_utility(self, method: str, *args: Any, timeout: float = 10.0) -> Any: ...
+    def routable_ranks(self) -> list[int]: ...
+
+    def rank_states(self) -> list[str]: ...
+
+    async def call_utility(self, method: str, *args: Any, rank: int | None = None,
+                           timeout: float = 10.0) -> Any: ...
+
+    async def call_utility_all(self, method: str, *args: Any,
+                               timeout: float = 10.0) -> list[Any]: ...
 
 
 class AppState:

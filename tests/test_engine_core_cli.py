@@ -56,6 +56,17 @@ def test_command_on_cpu_adds_defaults(tmp_path):
     assert env == expected_env
 
 
+@pytest.mark.parametrize("dp_args", [["--data-parallel-size", "2"], ["-dp=2"]])
+def test_data_parallel_ranks_on_cpu_are_not_pinned_together(dp_args):
+    _, env = launcher.build_command("/m", "h", 1, dp_args, on_cpu=True, env={})
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    _, env = launcher.build_command("/m", "h", 1, dp_args, on_cpu=True,
+                                    env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"})
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in env  # the user's choice stays
+    _, env = launcher.build_command("/m", "h", 1, [], on_cpu=True, env={})
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in env
+
+
 def test_hub_model_name_stays_online():
     _, env = launcher.build_command("org/model", "h", 1, [], on_cpu=True, env={})
     assert env == launcher.CPU_ENV

@@ -77,7 +77,8 @@ def expand_exec(line: str, env: dict[str, str]) -> list[str]:
     return argv
 
 
-def unit_argv(name: str) -> tuple[dict, list[str]]:
+def unit_argv(name: str, instance: str | None = None) -> tuple[dict, list[str]]:
+    """The unit's ExecStart as systemd runs it (``%i``: the template's instance)."""
     unit = read_unit(name)
     env: dict[str, str] = {}
     for value in unit["Service"].get("EnvironmentFile", []):
@@ -87,6 +88,8 @@ def unit_argv(name: str) -> tuple[dict, list[str]]:
             k, _, v = item.partition("=")
             env[k] = v
     (exec_start,) = unit["Service"]["ExecStart"]
+    if instance is not None:
+        exec_start = exec_start.replace("%i", instance)
     return unit, expand_exec(exec_start, env)
 
 
@@ -144,16 +147,22 @@ from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(json.loads(sys.argv[1]))
 print(json.dumps({"model_tag": args.model_tag, "headless": args.headless,
-                  "address": args.data_parallel_address, "port": args.data_parallel_rpc_port}))
+                  "address": args.data_parallel_address, "port": args.data_parallel_rpc_port,
+                  "dp": [args.data_parallel_size, args.data_parallel_size_local,
+                         args.data_parallel_start_rank]}))
 """
 
 
-def test_engine_unit_execstart_parses_with_vllm_serve():
+@pytest.mark.parametrize("name, instance, dp", [
+    ("vllm-engine.service", None, [1, None, None]),
+    ("vllm-engine@.service", "1", [1, 1, 1]),  # DP_SIZE=1 in the example env file
+])
+def test_engine_unit_execstart_parses_with_vllm_serve(name, instance, dp):
     if importlib.util.find_spec("vllm") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("vLLM is not installed; CI=true, so this must run")
         pytest.skip("vLLM is not installed")
-    _, argv = unit_argv("vllm-engine.service")
+    _, argv = unit_argv(name, instance)
     assert argv[:3] == [INSTALLED_BIN + "vllm", "serve", "/var/lib/vllm/models/Qwen2.5-7B-Instruct"]
     proc = subprocess.run([sys.executable, "-c", VLLM_PARSE, json.dumps(argv[2:])],
                           capture_output=True, text=True, timeout=600,
@@ -161,7 +170,14 @@ def test_engine_unit_execstart_parses_with_vllm_serve():
     assert proc.returncode == 0, proc.stderr[-3000:]
     parsed = json.loads(proc.stdout.strip().splitlines()[-1])
     assert parsed == {"model_tag": argv[2], "headless": True, "address": "127.0.0.1",
-                      "port": 29550}
+                      "port": 29550, "dp": dp}
+
+
+def test_rank_unit_gives_each_rank_its_own_launcher():
+    unit, argv = unit_argv("vllm-engine@.service", "3")
+    assert argv[argv.index("--data-parallel-start-rank") + 1] == "3"
+    assert argv[argv.index("--data-parallel-size-local") + 1] == "1"
+    assert "CUDA_VISIBLE_DEVICES=%i" in unit["Service"]["Environment"]
 
 
 def assert_restarts_after_any_unasked_exit(name: str) -> None:
@@ -183,6 +199,7 @@ def assert_restarts_after_any_unasked_exit(name: str) -> None:
 
 def test_engine_unit_restarts_after_a_dead_engine_core():
     assert_restarts_after_any_unasked_exit("vllm-engine.service")
+    assert_restarts_after_any_unasked_exit("vllm-engine@.service")
     text = (UNITS / "vllm-engine.service").read_text()
     assert "exits 0 when its" in text and "engine core process dies" in text  # says why
 
@@ -193,7 +210,7 @@ def test_frontend_unit_restarts_after_any_unasked_exit():
 
 def test_units_are_plain_ini():
     """Also readable by configparser (no stray syntax) with the sections systemd wants."""
-    for name in ("vllm-engine.service", "vllm-frontend.service"):
+    for name in ("vllm-engine.service", "vllm-engine@.service", "vllm-frontend.service"):
         cp = configparser.ConfigParser(strict=False, interpolation=None)
         cp.read_string((UNITS / name).read_text())
         assert cp.sections() == ["Unit", "Service", "Install"]
@@ -212,13 +229,18 @@ def test_systemd_analyze_verify(tmp_path):
         vllm_bin.write_text("#!/bin/sh\n")
         vllm_bin.chmod(0o755)
     units = []
-    for name in ("vllm-engine.service", "vllm-frontend.service"):
+    for name, installed in (("vllm-engine.service", "vllm-engine.service"),
+                            ("vllm-engine@.service", "vllm-engine@0.service"),
+                            ("vllm-frontend.service", "vllm-frontend.service")):
         text = (UNITS / name).read_text()
         text = text.replace(INSTALLED_BIN + "vllm ", f"{vllm_bin} ")
         text = text.replace(INSTALLED_BIN, f"{bin_dir}/")
-        path = tmp_path / name
-        path.write_text(text)
-        units.append(str(path))
+        if name != installed:  # a template is verified as one of its instances
+            (tmp_path / name).write_text(text)
+            (tmp_path / installed).symlink_to(tmp_path / name)
+        else:
+            (tmp_path / installed).write_text(text)
+        units.append(str(tmp_path / installed))
     proc = subprocess.run([tool, "verify", "--man=no", *units], capture_output=True,
                           text=True, timeout=120,
                           env={**os.environ, "SYSTEMD_LOG_LEVEL": "warning"})

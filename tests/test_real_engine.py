@@ -2,7 +2,7 @@
 
 One engine, started by our launcher (``engine-core``), serves the module. A
 headless engine handshakes only once (engine-protocol.md §2.4), so one
-``EngineClient`` stays attached, on one event loop (an ``asyncio.Runner``),
+``EngineLink`` (tests/support/engine_link.py) stays attached, on one event loop (an ``asyncio.Runner``),
 until the module ends; the SIGTERM test stops that engine and so runs last.
 
 Every request is greedy with max_tokens 16 and EOS set the way vLLM's own
@@ -29,7 +29,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from engine_core import launcher
-from frontend.engine_client import EngineClient, derive_addresses
+from tests.support.engine_link import EngineLink
 from frontend.text import make_position
 from protocol.arrays import INLINE_THRESHOLD
 from protocol.handshake import ReadyResponse
@@ -92,13 +92,14 @@ class TinyModel:
 
 @dataclass
 class Attached:
-    client: EngineClient
+    client: EngineLink
     collector: Collector
     ready: ReadyResponse
 
 
 class Collector:
-    """``on_outputs``/``on_dead`` for EngineClient: outputs per request until it finishes."""
+    """``on_outputs``/``on_rank_lost`` for the engine link: outputs per request until it
+    finishes."""
 
     def __init__(self) -> None:
         self._results: dict[str, Result] = {}
@@ -119,16 +120,16 @@ class Collector:
                 if out.finish_reason is not None:
                     self._finished[out.request_id].set_result(result)
 
-    def on_dead(self, reason: str) -> None:
+    def on_rank_lost(self, rank: int, reason: str) -> None:
         for fut in self._finished.values():
             if not fut.done():
                 fut.set_exception(RuntimeError(f"engine died: {reason}"))
 
 
-def new_client(engine: RealEngine) -> tuple[EngineClient, Collector]:
+def new_client(engine: RealEngine) -> tuple[EngineLink, Collector]:
     collector = Collector()
-    client = EngineClient(derive_addresses(engine.handshake_addr),
-                          on_outputs=collector.on_outputs, on_dead=collector.on_dead)
+    client = EngineLink(engine.handshake_addr, on_outputs=collector.on_outputs,
+                        on_rank_lost=collector.on_rank_lost)
     return client, collector
 
 
@@ -215,7 +216,7 @@ def reference(tiny_model_dir, request_specs, tmp_path_factory) -> VllmReference:
 
 @pytest.fixture(scope="module")
 def runner() -> asyncio.Runner:
-    """One event loop for the module: the attached EngineClient lives on it."""
+    """One event loop for the module: the attached engine link lives on it."""
     with asyncio.Runner() as runner:
         yield runner
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import sys
 import time
@@ -121,10 +122,17 @@ async def debug_state(state: AppState, request: web.Request) -> web.Response:
     """Test/ops view: table size and whether the engine still has work."""
     engine = state.engine
     has_work = None
-    if engine.alive:
-        has_work = await engine.call_utility("has_work", timeout=5.0)
+    serving = engine.routable_ranks()
+    if serving:  # (a stalled rank would not answer; one dying just now cannot)
+        answers = await asyncio.gather(*(
+            engine.call_utility("has_work", rank=rank, timeout=5.0) for rank in serving),
+            return_exceptions=True)
+        has_work = any(answer is True for answer in answers)
     body = {"table": len(state.table), "engine_alive": engine.alive,
-            "engine_has_work": has_work, "python_blocks": sys.getallocatedblocks()}
+            "engine_has_work": has_work, "python_blocks": sys.getallocatedblocks(),
+            "ranks": [{"rank": rank, "state": rank_state,
+                       "in_flight": state.table.in_flight(rank)}
+                      for rank, rank_state in enumerate(engine.rank_states())]}
     if tracemalloc.is_tracing():  # PYTHONTRACEMALLOC=1: where Python memory goes
         top = tracemalloc.take_snapshot().statistics("lineno")[:15]
         body["tracemalloc_top"] = [f"{s.size / 1024:.0f} KiB {s.count} {s.traceback}"

@@ -324,6 +324,14 @@ class Metrics:
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], value)
             yield g
+        g = GaugeMetricFamily("vllm_frontend_engine_ranks",
+                              "Engine ranks by state: serving, stalled (sends nothing "
+                              "while it has work), dead (lost or never attached).",
+                              labels=["state"])
+        states = state.engine.rank_states()
+        for rank_state in ("serving", "stalled", "dead"):
+            g.add_metric([rank_state], states.count(rank_state))
+        yield g
 
     # -------------------------------------------------------- HTTP side
     def middleware(self):

@@ -4,7 +4,7 @@
 (or, with ``plain_vllm=True``, the plain ``vllm serve DIR --headless ...`` it
 stands for) in its own process group, logging to a file, and always stops it.
 The engine connects to whatever binds the handshake address: a test binds it
-with ``frontend.engine_client.EngineClient`` (see ``attach``).
+with ``tests.support.engine_link.EngineLink`` (see ``attach``).
 
 Each start costs ~25 s of CPU and ~1.5 GB, so fixtures share engines: the
 ``start_real_engine`` factory (engines stopped at session end) and the
@@ -60,7 +60,7 @@ def require_vllm() -> None:
 
 
 def free_port_triple(host: str = HOST) -> int:
-    """A port P with P, P+1 and P+2 free: EngineClient binds input/output at P+1, P+2.
+    """A port P with P, P+1 and P+2 free: the engine link binds input/output at P+1, P+2.
 
     Drawn below the ephemeral range, so that the engine's own outgoing
     connections cannot take P+1 or P+2 before the frontend binds them.
@@ -179,12 +179,12 @@ def still_running(processes: list) -> list:
 
 
 async def attach(engine: RealEngine, client: Any, timeout: float = ATTACH_TIMEOUT_S) -> Any:
-    """``await client.start()`` (an EngineClient), failing at once if the engine exits.
+    """``await client.start()`` (an EngineLink), failing at once if the engine exits.
 
     Records in ``engine.timings`` when HELLO and the ready response arrived.
     """
     def progress(message: str) -> None:
-        if "HELLO" in message:  # EngineClient reports the HELLO through progress
+        if "HELLO" in message:  # the handshake server reports the HELLO
             engine.timings["hello"] = time.monotonic() - engine.started_at
 
     start = asyncio.ensure_future(client.start(timeout=timeout, progress=progress))

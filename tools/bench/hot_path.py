@@ -66,11 +66,16 @@ class NullEngine:
     death_reason = None
     num_aborts_sent = 0
 
-    def send_add(self, frame: list[bytes]) -> None:
+    data_parallel_size = 1
+
+    def send_add(self, frame: list[bytes], rank: int) -> None:
         pass
 
-    def abort(self, ids: list[str]) -> None:
+    def abort(self, rank: int, ids: list[str]) -> None:
         pass
+
+    def routable_ranks(self) -> list[int]:
+        return [0]
 
     async def call_utility(self, method: str, *args, timeout: float = 10.0):
         return None

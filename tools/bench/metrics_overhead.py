@@ -132,11 +132,14 @@ def run_frontend(model: Path, engine_addr: str, extra: list[str], workdir: Path,
 class _StubEngine:
     alive = True
 
-    def send_add(self, frames) -> None:
+    def send_add(self, frames, rank) -> None:
         pass
 
-    def abort(self, ids) -> None:
+    def abort(self, rank, ids) -> None:
         pass
+
+    def routable_ranks(self) -> list[int]:
+        return [0]
 
 
 def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:

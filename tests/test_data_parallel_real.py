@@ -1,0 +1,132 @@
+"""Data parallel on real vLLM engines: two ranks, each its own launcher.
+
+``engine-core ... --data-parallel-size 2 --data-parallel-size-local 1
+--data-parallel-start-rank k`` per rank (vLLM's one-launcher-per-rank layout,
+so one rank can die and restart alone) and our frontend with
+``--data-parallel-size 2``: greedy outputs equal a single engine's, requests
+run on both ranks, and a killed rank fails only its own streams, then is
+attached again when it restarts, without a frontend restart.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.support.frontend import SERVED_NAME, FrontendProcess
+from tests.support.http_client import RawRequest, post
+from tests.support.real_engine import (
+    BIN_DIR,
+    HOST,
+    MODEL_ARGS,
+    RealEngine,
+    free_port_triple,
+    require_vllm,
+)
+from tests.support.waits import wait_for
+
+pytestmark = pytest.mark.real_engine
+
+PROMPTS = ["Hello", "The river", "Once upon a time", "1 2 3 4", "Zürich café",
+           "the ocean and the sky", "x", "What is"]
+
+
+class Ranks:
+    def __init__(self, model_dir, workdir) -> None:
+        self.model_dir, self.workdir = model_dir, workdir
+        port = free_port_triple()
+        self.addr = f"tcp://{HOST}:{port}"
+        self.engines: dict[int, RealEngine] = {}
+        self.starts = 0
+
+    def start(self, rank: int) -> RealEngine:
+        self.starts += 1
+        command = [str(BIN_DIR / "engine-core"), "--model", str(self.model_dir),
+                   "--frontend-addr", self.addr, *MODEL_ARGS,
+                   "--data-parallel-size", "2", "--data-parallel-size-local", "1",
+                   "--data-parallel-start-rank", str(rank)]
+        engine = self.engines[rank] = RealEngine(
+            command, self.addr, self.workdir / f"rank{rank}-{self.starts}.log",
+            dict(os.environ))
+        return engine
+
+    def engine_core(self, rank: int):
+        """The rank's ``VLLM::EngineCore`` process (psutil)."""
+        cores = [p for p in self.engines[rank].descendants()
+                 if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
+        assert cores, [p.cmdline() for p in self.engines[rank].descendants()]
+        return cores[0]
+
+    def stop(self) -> None:
+        for engine in self.engines.values():
+            engine.stop()
+
+
+@pytest.fixture(scope="module")
+def dp(tiny_model_dir, tmp_path_factory):
+    require_vllm()
+    workdir = tmp_path_factory.mktemp("dp-real")
+    ranks = Ranks(tiny_model_dir, workdir)
+    fe = None
+    try:
+        for rank in (0, 1):
+            ranks.start(rank)
+        fe = FrontendProcess(ranks.addr, tiny_model_dir, workdir, "--data-parallel-size", "2",
+                             "--dp-routing", "load", state_file=workdir / "dp.state")
+        fe.wait_healthy(timeout=300)
+        yield ranks, fe
+    finally:
+        if fe is not None:
+            fe.stop()
+        ranks.stop()
+
+
+def greedy(url: str, prompt: str) -> list[int]:
+    reply = post(url, "/v1/completions", {"model": SERVED_NAME, "prompt": prompt,
+                                          "max_tokens": 12, "temperature": 0,
+                                          "return_token_ids": True})
+    assert reply.status == 200, reply.body
+    return reply.json["choices"][0]["token_ids"]
+
+
+def test_greedy_outputs_equal_a_single_engines_on_both_ranks(dp, frontend):
+    _, fe = dp
+    with ThreadPoolExecutor(8) as pool:  # concurrent: both ranks serve
+        ours = list(pool.map(lambda p: greedy(fe.url, p), PROMPTS * 2))
+    single = [greedy(frontend.url, p) for p in PROMPTS]
+    assert ours == single * 2
+    fe.wait_idle()
+
+
+def test_a_killed_rank_fails_its_streams_and_restarts_alone(dp):
+    ranks, fe = dp
+    reqs = []
+    for i in range(2):
+        req = RawRequest(fe.url, "/v1/completions", {
+            "model": SERVED_NAME, "prompt": f"story {i}", "max_tokens": 900,
+            "ignore_eos": True, "stream": True})
+        req.read_until(b"data:")
+        reqs.append(req)
+    wait_for(lambda: [r["in_flight"] for r in fe.debug_state()["ranks"]] == [1, 1], 30)
+    os.kill(ranks.engine_core(1).pid, signal.SIGKILL)
+    wait_for(lambda: [r["state"] for r in fe.debug_state()["ranks"]] == ["serving", "dead"],
+             10)
+    outcomes = []
+    for req in reqs:
+        req.read_until(b"data: [DONE]", timeout=120)
+        events = [e for e in req.received.split(b"\n") if e.startswith(b"data: ")]
+        assert events[-1] == b"data: [DONE]" and req.received.count(b"[DONE]") == 1
+        outcomes.append(b'"error"' in events[-2])
+        req.close()
+    assert sorted(outcomes) == [False, True]  # rank 1's stream failed, rank 0's finished
+    assert ranks.engines[1].proc.wait(60) == 1  # engine-core: the engine core died
+    assert greedy(fe.url, "still serving")  # rank 0 takes everything meanwhile
+    ranks.start(1)  # as systemd would (Restart=always)
+    wait_for(lambda: [r["state"] for r in fe.debug_state()["ranks"]] == ["serving", "serving"],
+             300)
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(lambda p: greedy(fe.url, p), PROMPTS))
+    fe.wait_idle()
