@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
@@ -15,6 +16,7 @@ from frontend.ops import flags, logs
 from frontend.routing import POLICIES
 from frontend.server import Server, ServerConfig
 from frontend.state import ServingConfig
+from frontend.supervisor import WorkerSpec, become_worker
 
 log = logging.getLogger("frontend")
 
@@ -45,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template", default=None, help="chat template file or inline text")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-server-count", "-asc", type=int, default=1, metavar="N",
+                   help="frontend processes serving one address (vLLM's flag): a supervisor "
+                        "and N workers, each with its own engine link; connections spread "
+                        "over them (default 1: this process serves)")
     g = p.add_argument_group("data parallel (several engine ranks)")
     g.add_argument("--data-parallel-size", "-dp", type=int, default=1, metavar="N",
                    help="engine ranks (vLLM's flag): wait for N ranks on --engine-addr, "
@@ -80,27 +86,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    ops_config = flags.config_from_args(args)
-    logs.setup(args.log_level, args.log_format, secrets=ops_config.api_keys)
     try:
-        flags.validate(ops_config)
-        addresses = derive_addresses(args.engine_addr, args.engine_input_addr,
-                                     args.engine_output_addr)
-        model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
-                                served_names=args.served_model_name,
-                                chat_template_path=args.chat_template)
-        if args.data_parallel_size < 1:
-            raise ValueError("--data-parallel-size must be at least 1")
-        if args.data_parallel_size > 1 and model.num_experts:
-            raise ValueError(
-                f"{args.model} is a mixture-of-experts model ({model.num_experts} experts): "
-                "its data-parallel ranks must step together in waves driven by vLLM's DP "
-                "coordinator, which this frontend does not implement. Run it with "
-                "--data-parallel-size 1 per frontend, or behind vLLM's own API server")
+        model, addresses, config = prepare(args)
     except (ValueError, OSError) as e:
         print(f"frontend: {e}", file=sys.stderr)
         return 2
+    if args.api_server_count > 1:
+        from frontend.supervisor import Supervisor
+        return Supervisor(argv, args, addresses, config.shutdown_timeout, worker_main).run()
+    import uvloop
+    return uvloop.run(_run(Server(model, addresses, config)))
+
+
+def prepare(args: argparse.Namespace):
+    """Flags -> (model facts, engine addresses, server config); ValueError/OSError
+    for anything that must stop the start (exit status 2)."""
+    ops_config = flags.config_from_args(args)
+    logs.setup(args.log_level, args.log_format, secrets=ops_config.api_keys)
+    flags.validate(ops_config)
+    if args.api_server_count < 1:
+        raise ValueError("--api-server-count must be at least 1")
+    addresses = derive_addresses(args.engine_addr, args.engine_input_addr,
+                                 args.engine_output_addr, clients=args.api_server_count)
+    model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
+                            served_names=args.served_model_name,
+                            chat_template_path=args.chat_template)
+    if args.data_parallel_size < 1:
+        raise ValueError("--data-parallel-size must be at least 1")
+    if args.data_parallel_size > 1 and model.num_experts:
+        raise ValueError(
+            f"{args.model} is a mixture-of-experts model ({model.num_experts} experts): "
+            "its data-parallel ranks must step together in waves driven by vLLM's DP "
+            "coordinator, which this frontend does not implement. Run it with "
+            "--data-parallel-size 1 per frontend, or behind vLLM's own API server")
     state_file = args.engine_state_file
     if state_file is None:
         safe = re.sub(r"[^A-Za-z0-9]+", "_", args.engine_addr).strip("_")
@@ -112,13 +132,27 @@ def main(argv: list[str] | None = None) -> int:
         max_request_body=args.max_request_body_size,
         data_parallel_size=args.data_parallel_size, dp_routing=args.dp_routing,
         engine_stall_timeout=max(args.engine_stall_timeout, 0.0),
+        num_clients=args.api_server_count,
         serving=ServingConfig(max_logprobs=args.max_logprobs,
                               force_include_usage=args.enable_force_include_usage,
                               max_stream_buffer=args.max_stream_buffer,
                               enable_debug_endpoints=args.enable_debug_endpoints),
         ops=ops_config)
+    return model, addresses, config
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """One of ``--api-server-count`` frontend processes (started by the supervisor);
+    exits with the status a single frontend would."""
+    become_worker()
+    model, addresses, config = prepare(build_parser().parse_args(spec.argv))
+    state_file = config.engine_state_file
+    config = dataclasses.replace(
+        config, client_index=spec.index, shared=spec.shared,
+        handoff=spec.handoff,
+        engine_state_file=f"{state_file}.w{spec.index}" if state_file else None)
     import uvloop
-    return uvloop.run(_run(Server(model, addresses, config)))
+    sys.exit(uvloop.run(_run(Server(model, addresses, config))))
 
 
 async def _run(server: Server) -> int:

@@ -388,15 +388,17 @@ class EngineClient:
         self._send(target, frames)
         target.last_sent = time.monotonic()
 
-    def abort(self, rank: int, request_ids: Sequence[str]) -> None:
-        """Queue engine ids to abort on ``rank``; they leave in one message per rank."""
+    def abort(self, rank: int, request_ids: Sequence[str]) -> bool:
+        """Queue engine ids to abort on ``rank``; they leave in one message per rank.
+        False when the rank is not attached (nothing can be sent to it)."""
         target = self.ranks[rank]
-        if not request_ids or not target.alive:
-            return
+        if not target.alive:
+            return False
         target.pending_aborts.extend(request_ids)
         if not self._aborts_scheduled:
             self._aborts_scheduled = True
             self._loop.call_soon(self._flush_aborts)
+        return True
 
     def _flush_aborts(self) -> None:
         self._aborts_scheduled = False

@@ -50,7 +50,7 @@ class Engine(Protocol):
 
     def send_add(self, frames: list[bytes], rank: int) -> None: ...
 
-    def abort(self, rank: int, request_ids: Sequence[str]) -> None: ...
+    def abort(self, rank: int, request_ids: Sequence[str]) -> bool: ...
 
     def routable_ranks(self) -> list[int]: ...
 
@@ -227,11 +227,18 @@ class Table:
 
     def __init__(self, engine: Engine, model: "ModelInfo",
                  limits: Callable[[], ModelLimits], router: Router | None = None,
-                 observer: TableObserver | None = None) -> None:
+                 observer: TableObserver | None = None, client_index: int = 0,
+                 num_clients: int = 1) -> None:
         self.engine = engine
         self.model = model
         self._limits = limits
         self.router = router or Router()
+        # This frontend process among several (--api-server-count): the engine
+        # replies on its output socket, and its engine ids carry its index so
+        # that no two processes ever send the engine the same id.
+        self.client_index = client_index
+        self.num_clients = num_clients
+        self._id_tag = f"w{client_index}" if num_clients > 1 else ""
         self.entries: dict[str, Choice] = {}
         self.token_texts = TokenTexts(model)
         # Engine ids this process aborted or saw finish recently: a late output
@@ -247,7 +254,7 @@ class Table:
         # vLLM's shape: "<sample>_<request id>-<prompt>-<random>"; random part
         # keeps ids unique even when clients reuse request ids.
         while True:
-            eid = f"{sample}_{request_id}-{prompt_index}-{secrets.token_hex(4)}"
+            eid = f"{sample}_{request_id}-{prompt_index}-{self._id_tag}{secrets.token_hex(4)}"
             if eid not in self.entries:
                 return eid
 
@@ -286,7 +293,7 @@ class Table:
         frames = [
             wire.encode_add(wire.EngineCoreRequest(
                 c.engine_id, c.prompt_token_ids, None, c.params, None, arrival, None,
-                cache_salt, None, priority=priority,
+                cache_salt, None, client_index=self.client_index, priority=priority,
                 external_req_id=group.request_id), limits)
             for c in group.choices
         ]
@@ -458,13 +465,16 @@ class Table:
             self._abort(rank, [rid])
 
     def _abort(self, rank: int, ids: list[str]) -> None:
-        """ABORT engine requests of ``rank``; late outputs for them are expected."""
+        """ABORT engine requests of ``rank``; late outputs for them are expected.
+        (Outputs of a rank being re-attached arrive before it is: their ids are
+        not noted, so the next output of each is aborted once it is.)"""
+        if not self.engine.abort(rank, ids):
+            return
         gone = self._recently_gone
         for rid in ids:
             gone[rid] = None
         while len(gone) > RECENTLY_GONE_MAX:
             del gone[next(iter(gone))]
-        self.engine.abort(rank, ids)
 
     def _drop_unfinished(self, group: Group) -> None:
         """Take the group's unfinished entries out and ABORT them in the engine

@@ -10,6 +10,7 @@ aiohttp application from the route table, and runs the lifecycle: start-up
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import signal
@@ -32,7 +33,9 @@ from frontend.ops.metrics import EngineMetrics, Metrics
 from frontend.render import Renderer
 from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
+from frontend.supervisor import HEARTBEAT_S
 from protocol.handshake import ReadyResponse
+from protocol.sampling import ModelLimits
 
 log = logging.getLogger("frontend")
 
@@ -52,6 +55,13 @@ class ServerConfig:
     engine_stall_timeout: float = 0.0
     serving: ServingConfig = field(default_factory=ServingConfig)
     ops: OpsConfig = field(default_factory=OpsConfig)
+    # One of several frontend processes (--api-server-count, frontend/supervisor.py):
+    # its client index, the shared memory, and where the supervisor hands it
+    # the connections of the Unix socket.
+    client_index: int = 0
+    num_clients: int = 1
+    shared: Any = None
+    handoff: Any = None
 
 
 class Server:
@@ -59,21 +69,26 @@ class Server:
                  config: ServerConfig) -> None:
         self.config = config
         self.notifier = systemd.Notifier.from_env()
-        dp = config.data_parallel_size
-        self.handshake = HandshakeServer(addresses.handshake, addresses.inputs,
-                                         addresses.outputs, dp, on_status=self.notifier.status)
+        dp, client = config.data_parallel_size, config.client_index
+        # With several frontend processes the supervisor answers the HELLOs.
+        self.handshake = HandshakeServer(
+            addresses.handshake, addresses.inputs, addresses.outputs, dp,
+            on_status=self.notifier.status) if config.shared is None else None
         self.router = Router(dp, config.dp_routing)
         self.engine = EngineClient(
-            addresses.inputs[0], addresses.outputs[0], data_parallel_size=dp,
-            on_outputs=self._on_outputs, on_rank_lost=self._on_rank_lost,
-            on_rank_attached=self._on_rank_attached, in_flight=self._in_flight,
-            stall_timeout=config.engine_stall_timeout, state_file=config.engine_state_file)
+            addresses.inputs[client], addresses.outputs[client], data_parallel_size=dp,
+            client_index=client, on_outputs=self._on_outputs,
+            on_rank_lost=self._on_rank_lost, on_rank_attached=self._on_rank_attached,
+            in_flight=self._in_flight, stall_timeout=config.engine_stall_timeout,
+            state_file=config.engine_state_file)
         engine_metrics = None if config.ops.disable_log_stats else EngineMetrics()
         self.table = Table(self.engine, model, self._model_limits, self.router,
-                           observer=engine_metrics)
+                           observer=engine_metrics, client_index=client,
+                           num_clients=config.num_clients)
         self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model))
         self.limits = admission.LimitsState(config.ops.max_concurrent_requests,
-                                            config.max_request_body)
+                                            config.max_request_body, shared=config.shared,
+                                            slot=client)
         self.metrics = Metrics(self.state, self.limits, engine_metrics)
         self.runner: web.AppRunner | None = None
         self._stopped = asyncio.Event()
@@ -82,8 +97,9 @@ class Server:
     def _on_outputs(self, batch: list) -> None:
         self.table.on_outputs(batch)
 
-    def _model_limits(self):
-        return self.state.model_limits()
+    def _model_limits(self) -> ModelLimits:
+        return dataclasses.replace(self.state.model_limits(),
+                                   num_clients=self.config.num_clients)
 
     def _in_flight(self, rank: int) -> int:
         return self.router.ranks[rank].in_flight
@@ -140,16 +156,19 @@ class Server:
     async def start(self) -> None:
         started = time.monotonic()
         self.notifier.start_watchdog()
-        self.notifier.status(f"waiting for an engine at {self.handshake.address}")
-        self.handshake.start(zmq.Context.instance())
+        if self.handshake is not None:
+            self.notifier.status(f"waiting for an engine at {self.handshake.address}")
+            self.handshake.start(zmq.Context.instance())
         await self.engine.start(timeout=self.config.engine_ready_timeout,
                                 progress=self.notifier.status)
         engine_ready_at = time.monotonic()
         self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
                                     access_log=None, **listeners.runner_kwargs(self.config.ops))
         await self.runner.setup()
-        where = await listeners.start_sites(self.runner, self.config.host, self.config.port,
-                                            self.config.ops)
+        config = self.config
+        where = await listeners.start_sites(
+            self.runner, config.host, config.port, config.ops,
+            reuse_port=config.shared is not None, handoff=config.handoff)
         # Everything allocated so far lives for the whole process: keep it out
         # of every future collection (vLLM's freeze_gc_heap). Per-request
         # objects are mostly acyclic and short-lived, so collections can be
@@ -161,6 +180,15 @@ class Server:
         log.info("serving on %s (%.2f s after the engine was ready, %.1f s total)",
                  where, time.monotonic() - engine_ready_at, time.monotonic() - started)
         self.notifier.ready(f"serving on {where}")
+        if config.shared is not None:
+            config.shared.ready[config.client_index] = 1
+            self._heartbeat = asyncio.create_task(self._beat(config.shared))
+
+    async def _beat(self, shared: Any) -> None:
+        """The supervisor's proof that this worker's event loop runs (its watchdog)."""
+        while True:
+            shared.heartbeat[self.config.client_index] = time.monotonic()
+            await asyncio.sleep(HEARTBEAT_S)
 
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -190,5 +218,6 @@ class Server:
         log.info("stopped")
 
     async def close_engine_link(self) -> None:
-        await self.handshake.close()
+        if self.handshake is not None:
+            await self.handshake.close()
         await self.engine.close()

@@ -94,6 +94,9 @@ class ModelLimits:
     max_model_len: int
     max_logprobs: int = 20  # vLLM's --max-logprobs default; -1 = vocab size
     max_n: int = MAX_N_SEQUENCES
+    # Frontend clients the engine was told of (its output sockets): a request
+    # naming another client_index kills the engine's output thread.
+    num_clients: int = 1
 
 
 def normalize(p: SamplingParams) -> None:

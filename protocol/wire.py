@@ -199,8 +199,9 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         raise ValidationError("sampling_params are required for generation")
     if params.max_tokens is None:
         raise ValidationError("max_tokens must be set before sending to the engine")
-    if request.client_index != 0:
-        raise ValidationError("client_index must be 0 (a single output socket)")
+    if not 0 <= request.client_index < limits.num_clients:
+        raise ValidationError(f"client_index must name one of the engine's "
+                              f"{limits.num_clients} output sockets")
     try:
         check_prompt(request.prompt_token_ids or (), limits)
         check(params, limits)

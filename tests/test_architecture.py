@@ -27,7 +27,7 @@ LAYERS = [
     ("frontend.state",),
     ("frontend.openai",),
     ("frontend.ops",),
-    ("frontend.server",),
+    ("frontend.supervisor", "frontend.server"),
     ("frontend.cli",),
 ]
 

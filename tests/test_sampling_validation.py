@@ -22,7 +22,7 @@ import math
 import os
 import re
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any, Callable
 
@@ -393,6 +393,19 @@ def test_sampling_params_without_max_tokens_are_refused():
         wire.encode_add(make_request(None), LIMITS)
     with pytest.raises(ValidationError, match="client_index"):
         wire.encode_add(make_request(SamplingParams(), client_index=1), LIMITS)
+
+
+def test_client_index_must_name_one_of_the_engines_output_sockets():
+    """The engine replies on outputs[client_index]: an index past the list kills
+    its output thread, so only the clients the handshake announced pass."""
+    three = replace(LIMITS, num_clients=3)
+    for index in (0, 1, 2):
+        assert wire.encode_add(make_request(SamplingParams(max_tokens=4), client_index=index),
+                               three)
+    for index in (-1, 3):
+        with pytest.raises(ValidationError, match="client_index"):
+            wire.encode_add(make_request(SamplingParams(max_tokens=4), client_index=index),
+                            three)
 
 
 # ----------------------------------------------------------------- prompt checks

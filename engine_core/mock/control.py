@@ -95,6 +95,7 @@ class Control:
             "aborts_unknown": c.aborts_unknown,
             "aborts_after_finish": c.aborts_after_finish,
             "adds": c.adds,
+            "adds_by_client": c.adds_by_client,
             "scripted": engine.scripts.matched,
             "steps": c.steps,
             "utility_calls": c.utility_calls,

@@ -14,6 +14,7 @@ class Counters:
 
     def __init__(self) -> None:
         self.adds = 0
+        self.adds_by_client: dict[int, int] = {}  # client_index -> ADDs
         self.steps = 0
         self.utility_calls = 0
         self.aborted = 0

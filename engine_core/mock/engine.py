@@ -388,6 +388,8 @@ class MockEngine:
         except (msgspec.DecodeError, ValidationError) as e:
             raise InputPoisoned(f"undecodable or invalid ADD: {e}") from e
         self.counters.adds += 1
+        by_client = self.counters.adds_by_client
+        by_client[req.client_index] = by_client.get(req.client_index, 0) + 1
         if params is None and req.pooling_params is not None:
             raise EngineDead("ValueError: Unsupported task: this model only generates")
         if params is None or params.max_tokens is None or req.prompt_token_ids is None:

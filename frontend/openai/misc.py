@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import sys
 import time
@@ -128,7 +129,9 @@ async def debug_state(state: AppState, request: web.Request) -> web.Response:
             engine.call_utility("has_work", rank=rank, timeout=5.0) for rank in serving),
             return_exceptions=True)
         has_work = any(answer is True for answer in answers)
-    body = {"table": len(state.table), "engine_alive": engine.alive,
+    body = {"worker": state.table.client_index, "workers": state.table.num_clients,
+            "pid": os.getpid(),
+            "table": len(state.table), "engine_alive": engine.alive,
             "engine_has_work": has_work, "python_blocks": sys.getallocatedblocks(),
             "ranks": [{"rank": rank, "state": rank_state,
                        "in_flight": state.table.in_flight(rank)}

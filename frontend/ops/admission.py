@@ -20,7 +20,7 @@ last byte of a stream is written (a stream holds engine work until then).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Protocol
 
 from aiohttp import web
 from aiohttp.web_urldispatcher import AbstractRoute
@@ -30,15 +30,56 @@ from frontend.state import AppState
 
 
 class LimitsState:
-    """In-flight counts (read by /metrics and by the drain)."""
+    """This process's in-flight counts (read by /metrics and the drain) and the
+    admission decision. With several frontend processes (``--api-server-count``)
+    the limit is the whole service's: each process keeps its counts in its own
+    slot of shared memory and decides under a lock over the sum."""
 
     def __init__(self, max_choices: int = 0, max_body: int = 32 * 1024 * 1024,
-                 retry_after: int = 1) -> None:
+                 retry_after: int = 1, shared: "SharedCounts | None" = None,
+                 slot: int = 0) -> None:
         self.max_choices = max_choices
         self.max_body = max_body
         self.retry_after = retry_after
         self.requests = 0
         self.choices = 0
+        self._shared = shared
+        self._slot = slot
+
+    def admit(self, count: int) -> tuple[bool, int]:
+        """Count a request of ``count`` choices in if it fits; returns whether it
+        did, and the choices in flight (the service's) before it."""
+        shared = self._shared
+        if shared is None or not self.max_choices:
+            return self._admit(count, self.choices)
+        with shared.lock:  # check and count in, as one step for the service
+            return self._admit(count, sum(shared.choices))
+
+    def _admit(self, count: int, in_flight: int) -> tuple[bool, int]:
+        if self.max_choices and in_flight + count > self.max_choices:
+            return False, in_flight
+        self._add(1, count)
+        return True, in_flight
+
+    def release(self, count: int) -> None:
+        # Only this process writes its slot: others may read it a moment late,
+        # which errs on the safe side.
+        self._add(-1, -count)
+
+    def _add(self, requests: int, choices: int) -> None:
+        self.requests += requests
+        self.choices += choices
+        if self._shared is not None:
+            self._shared.requests[self._slot] = self.requests
+            self._shared.choices[self._slot] = self.choices
+
+
+class SharedCounts(Protocol):
+    """Shared memory of the frontend processes (``frontend/supervisor.py``)."""
+
+    lock: Any
+    requests: Any  # one slot per process
+    choices: Any
 
 
 def middleware(state: LimitsState, app: AppState,
@@ -84,19 +125,17 @@ def middleware(state: LimitsState, app: AppState,
                     f"This request asks for {count} choices (prompts x n) but the server "
                     f"admits at most {state.max_choices} at a time "
                     f"(--max-concurrent-requests).", 400, "BadRequestError", "n"))
-            if state.choices + count > state.max_choices:
-                return reject("too_many_requests", ApiError(
-                    f"The server is busy: {state.choices} of {state.max_choices} concurrent "
-                    f"choices are in flight and this request asks for {count}. "
-                    f"Retry later.", 429, "TooManyRequestsError"),
-                    **{"Retry-After": str(state.retry_after)})
-        state.requests += 1
-        state.choices += count
+        admitted, in_flight = state.admit(count)
+        if not admitted:
+            return reject("too_many_requests", ApiError(
+                f"The server is busy: {in_flight} of {state.max_choices} concurrent "
+                f"choices are in flight and this request asks for {count}. "
+                f"Retry later.", 429, "TooManyRequestsError"),
+                **{"Retry-After": str(state.retry_after)})
         try:
             return _counted(await handler(request))
         finally:
-            state.requests -= 1
-            state.choices -= count
+            state.release(count)
 
     def _counted(response: web.StreamResponse) -> web.StreamResponse:
         # A chunked body over the limit is refused by aiohttp while the handler

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Mapping
+from typing import Callable, Mapping
 
 log = logging.getLogger("frontend.systemd")
 
@@ -88,12 +88,14 @@ class Notifier:
         self.stop_watchdog()
 
     # -------------------------------------------------------------- watchdog
-    def start_watchdog(self) -> None:
-        """Ping every half WatchdogSec from the running loop (no-op without one)."""
+    def start_watchdog(self, healthy: Callable[[float], bool] | None = None) -> None:
+        """Ping every half WatchdogSec from the running loop (no-op without one);
+        with ``healthy`` (given the ping interval), only while it says so."""
         if not self.enabled or self.watchdog_usec <= 0 or self._watchdog is not None:
             return
         interval = self.watchdog_usec / 2e6
-        self._watchdog = asyncio.get_running_loop().create_task(self._pings(interval))
+        self._watchdog = asyncio.get_running_loop().create_task(
+            self._pings(interval, healthy))
 
     def stop_watchdog(self) -> None:
         """Stop pinging (systemd stops watching once it sees STOPPING=1)."""
@@ -101,9 +103,10 @@ class Notifier:
             self._watchdog.cancel()
             self._watchdog = None
 
-    async def _pings(self, interval: float) -> None:
+    async def _pings(self, interval: float, healthy: Callable[[float], bool] | None) -> None:
         while True:
-            self.send("WATCHDOG=1")
+            if healthy is None or healthy(interval):
+                self.send("WATCHDOG=1")
             await asyncio.sleep(interval)
 
     def close(self) -> None:

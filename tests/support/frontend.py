@@ -84,15 +84,23 @@ class FrontendProcess:
         return self.get_json("/debug/state")
 
     def wait_idle(self, timeout: float = IDLE_TIMEOUT_S) -> dict:
-        """Until nothing is in flight: table empty and the engine has no work."""
+        """Until nothing is in flight: table empty and the engine has no work.
+
+        With several frontend processes (--api-server-count) each answers for
+        itself and connections land on any: until every worker said so.
+        """
         state: dict = {}
+        idle_workers: dict[int, bool] = {}
 
         def idle() -> bool:
             nonlocal state
             state = self.debug_state()
-            return state["table"] == 0 and state["engine_has_work"] is False
+            idle_workers[state["worker"]] = (state["table"] == 0
+                                             and state["engine_has_work"] is False)
+            return len(idle_workers) == state["workers"] and all(idle_workers.values())
 
-        wait_for(idle, timeout, message=lambda: f"frontend not idle: {state}")
+        wait_for(idle, timeout, interval=0.02,
+                 message=lambda: f"frontend not idle: {state}, workers {idle_workers}")
         return state
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:

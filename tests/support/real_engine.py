@@ -60,17 +60,18 @@ def require_vllm() -> None:
 
 
 def free_port_triple(host: str = HOST) -> int:
-    """A port P with P, P+1 and P+2 free: the engine link binds input/output at P+1, P+2.
+    """A port P with P..P+4 free: the engine link binds input/output at P+1, P+2
+    (and a second frontend worker at P+3, P+4).
 
     Drawn below the ephemeral range, so that the engine's own outgoing
-    connections cannot take P+1 or P+2 before the frontend binds them.
+    connections cannot take them before the frontend binds them.
     """
     ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(200):
-        port = random.randrange(20000, ephemeral_low - 3)
-        if all(_port_free(host, p) for p in (port, port + 1, port + 2)):
+        port = random.randrange(20000, ephemeral_low - 5)
+        if all(_port_free(host, p) for p in range(port, port + 5)):
             return port
-    raise RuntimeError("no three consecutive free ports")
+    raise RuntimeError("no five consecutive free ports")
 
 
 def _port_free(host: str, port: int) -> bool:

@@ -11,7 +11,6 @@ import asyncio
 import time
 from typing import Any, Awaitable, Callable
 
-
 Message = str | Callable[[], str]
 
 

@@ -71,8 +71,8 @@ class NullEngine:
     def send_add(self, frame: list[bytes], rank: int) -> None:
         pass
 
-    def abort(self, rank: int, ids: list[str]) -> None:
-        pass
+    def abort(self, rank: int, ids: list[str]) -> bool:
+        return True
 
     def routable_ranks(self) -> list[int]:
         return [0]

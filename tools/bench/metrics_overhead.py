@@ -135,8 +135,8 @@ class _StubEngine:
     def send_add(self, frames, rank) -> None:
         pass
 
-    def abort(self, rank, ids) -> None:
-        pass
+    def abort(self, rank, ids) -> bool:
+        return True
 
     def routable_ranks(self) -> list[int]:
         return [0]

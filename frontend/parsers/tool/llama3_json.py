@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 
 from frontend.parsers.json_partial import loads_partial
-from frontend.parsers.tool.base import ToolParser, is_complete_json
 from frontend.parsers.tokenizer import ParserTokenizer
+from frontend.parsers.tool.base import ToolParser, is_complete_json
 from frontend.parsers.types import (
     Delta,
     DeltaToolCall,
