@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 from frontend.engine_client import derive_addresses
+from frontend.lora import parse_lora_modules
 from frontend.model import load_model_info
 from frontend.ops import flags, logs
 from frontend.server import Server, ServerConfig
@@ -60,13 +61,33 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 1 MiB)")
     p.add_argument("--enable-debug-endpoints", action="store_true",
                    help="serve GET /debug/state (table size, engine has_work)")
+    p.add_argument("--lora-modules", nargs="+", default=None,
+                   help="LoRA adapters to serve, loaded into the engine at start-up: "
+                        "name=path, or a JSON object {\"name\", \"path\", "
+                        "\"base_model_name\"} per item (vLLM's two forms); the engine "
+                        "must run with --enable-lora and a --max-lora-rank that fits")
+    p.add_argument("--enable-lora", action="store_true",
+                   help="refuse to start unless the engine supports LoRA (implied by "
+                        "--lora-modules); adapters can also be loaded at run time with "
+                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true")
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
     flags.add_arguments(p)
     return p
 
 
+def runtime_lora_updating() -> bool:
+    """vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: "1" or "true", any case."""
+    value = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0")
+    return value.strip().lower() in ("1", "true")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        lora_modules = parse_lora_modules(args.lora_modules)
+    except ValueError as e:
+        parser.error(str(e))  # exits 2, as vLLM's parser does
     ops_config = flags.config_from_args(args)
     logs.setup(args.log_level, args.log_format, secrets=ops_config.api_keys)
     try:
@@ -91,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         serving=ServingConfig(max_logprobs=args.max_logprobs,
                               force_include_usage=args.enable_force_include_usage,
                               max_stream_buffer=args.max_stream_buffer,
-                              enable_debug_endpoints=args.enable_debug_endpoints),
-        ops=ops_config)
+                              enable_debug_endpoints=args.enable_debug_endpoints,
+                              runtime_lora_updating=runtime_lora_updating()),
+        ops=ops_config, lora_modules=lora_modules,
+        require_lora=args.enable_lora or bool(lora_modules))
     import uvloop
     return uvloop.run(_run(Server(model, addresses, config)))
 

@@ -349,6 +349,15 @@ class EngineClient:
             self._utility_calls.pop(call_id, None)
         return wire.utility_value(out)
 
+    async def call_utility_all(self, method: str, *args: Any,
+                               timeout: float = 10.0) -> list[Any]:
+        """The call on every engine, one result per engine (raises if any fails).
+
+        TODO(dp): one engine today; with data parallel this must reach every
+        rank (adapters, for one, must be known to all of them).
+        """
+        return [await self.call_utility(method, *args, timeout=timeout)]
+
     def _send(self, frames: list[bytes]) -> None:
         if not self.alive:
             raise EngineUnavailableError(self.death_reason or "no engine attached")

@@ -22,6 +22,7 @@ from aiohttp import web
 from frontend.engine_client import EngineAddresses, EngineClient
 from frontend.errors import error_middleware
 from frontend.fanout import Table
+from frontend.lora import LoRAModulePath
 from frontend.model import ModelInfo
 from frontend.openai.routes import Route, openai_routes
 from frontend.ops import admission, listeners, security, systemd
@@ -46,6 +47,8 @@ class ServerConfig:
     engine_state_file: str | None = None
     serving: ServingConfig = field(default_factory=ServingConfig)
     ops: OpsConfig = field(default_factory=OpsConfig)
+    lora_modules: list[LoRAModulePath] = field(default_factory=list)
+    require_lora: bool = False  # --enable-lora: the engine must support LoRA
 
 
 class Server:
@@ -64,6 +67,7 @@ class Server:
         self.notifier = systemd.Notifier.from_env()
         self.runner: web.AppRunner | None = None
         self._stopped = asyncio.Event()
+        self._lora_restore: asyncio.Task | None = None
 
     # ------------------------------------------------------------ engine events
     def _on_outputs(self, batch: list) -> None:
@@ -80,6 +84,8 @@ class Server:
         self.state.engine_attached(ready)
         if self.runner is not None:  # an engine attached after a restart
             self.notifier.status("engine attached again; serving")
+            if self.state.lora.adapters:
+                self._lora_restore = asyncio.ensure_future(self.state.lora.restore())
 
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
@@ -125,6 +131,7 @@ class Server:
         self.notifier.status(f"waiting for an engine at {self.engine.addresses.handshake}")
         await self.engine.start(timeout=self.config.engine_ready_timeout,
                                 progress=self.notifier.status)
+        await self._start_lora()
         engine_ready_at = time.monotonic()
         self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
                                     access_log=None, **listeners.runner_kwargs(self.config.ops))
@@ -142,6 +149,24 @@ class Server:
         log.info("serving on %s (%.2f s after the engine was ready, %.1f s total)",
                  where, time.monotonic() - engine_ready_at, time.monotonic() - started)
         self.notifier.ready(f"serving on {where}")
+
+    async def _start_lora(self) -> None:
+        """Refuse an engine without LoRA if adapters are asked for; then load
+        ``--lora-modules`` into it before serving (any failure stops the start)."""
+        config, ready = self.config, self.state.ready
+        if (config.require_lora or config.lora_modules) and not ready.supports_lora:
+            flag = "--lora-modules" if config.lora_modules else "--enable-lora"
+            raise ValueError(
+                f"{flag}: the engine does not support LoRA (its ready response says "
+                "supports_lora=false); start the engine with --enable-lora and a "
+                "--max-lora-rank at least the adapters' rank")
+        if config.serving.runtime_lora_updating:
+            log.warning("LoRA dynamic loading & unloading is enabled in the API server. "
+                        "This should ONLY be used for local development!")
+        await self.state.lora.load_static(config.lora_modules)
+        if config.lora_modules:
+            log.info("LoRA adapters: %s (the engine has %d LoRA slots per batch)",
+                     ", ".join(m.name for m in config.lora_modules), ready.max_loras)
 
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()
