@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 from frontend.engine_client import derive_addresses
+from frontend.lora import parse_lora_modules
 from frontend.model import load_model_info
 from frontend.ops import flags, logs
 from frontend.routing import POLICIES
@@ -80,14 +81,34 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 1 MiB)")
     p.add_argument("--enable-debug-endpoints", action="store_true",
                    help="serve GET /debug/state (table size, engine has_work)")
+    p.add_argument("--lora-modules", nargs="+", default=None,
+                   help="LoRA adapters to serve, loaded into the engine at start-up: "
+                        "name=path, or a JSON object {\"name\", \"path\", "
+                        "\"base_model_name\"} per item (vLLM's two forms); the engine "
+                        "must run with --enable-lora and a --max-lora-rank that fits")
+    p.add_argument("--enable-lora", action="store_true",
+                   help="refuse to start unless the engine supports LoRA (implied by "
+                        "--lora-modules); adapters can also be loaded at run time with "
+                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true")
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
     flags.add_arguments(p)
     return p
 
 
+def runtime_lora_updating() -> bool:
+    """vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: "1" or "true", any case."""
+    value = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0")
+    return value.strip().lower() in ("1", "true")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        parse_lora_modules(args.lora_modules)
+    except ValueError as e:
+        parser.error(str(e))  # exits 2, as vLLM's parser does
     try:
         model, addresses, config = prepare(args)
     except (ValueError, OSError) as e:
@@ -106,8 +127,14 @@ def prepare(args: argparse.Namespace):
     ops_config = flags.config_from_args(args)
     logs.setup(args.log_level, args.log_format, secrets=ops_config.api_keys)
     flags.validate(ops_config)
+    lora_modules = parse_lora_modules(args.lora_modules)
     if args.api_server_count < 1:
         raise ValueError("--api-server-count must be at least 1")
+    if args.api_server_count > 1 and runtime_lora_updating():
+        # (each process would allocate its own adapter ids, as in vLLM, which
+        # refuses the same combination)
+        raise ValueError("VLLM_ALLOW_RUNTIME_LORA_UPDATING cannot be used with "
+                         "--api-server-count > 1")
     addresses = derive_addresses(args.engine_addr, args.engine_input_addr,
                                  args.engine_output_addr, clients=args.api_server_count)
     model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
@@ -136,8 +163,10 @@ def prepare(args: argparse.Namespace):
         serving=ServingConfig(max_logprobs=args.max_logprobs,
                               force_include_usage=args.enable_force_include_usage,
                               max_stream_buffer=args.max_stream_buffer,
-                              enable_debug_endpoints=args.enable_debug_endpoints),
-        ops=ops_config)
+                              enable_debug_endpoints=args.enable_debug_endpoints,
+                              runtime_lora_updating=runtime_lora_updating()),
+        ops=ops_config, lora_modules=lora_modules,
+        require_lora=args.enable_lora or bool(lora_modules))
     return model, addresses, config
 
 

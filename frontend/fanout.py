@@ -31,6 +31,7 @@ from frontend.errors import ApiError, engine_failure, internal_error
 from frontend.routing import Router
 from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
 from protocol import wire
+from protocol.lora import LoRARequest
 from protocol.sampling import ModelLimits, SamplingParams
 
 if TYPE_CHECKING:
@@ -173,6 +174,7 @@ class Group:
         self.request_id = request_id
         self.stream = stream
         self.choices: list[Choice] = []
+        self.lora: LoRARequest | None = None  # the adapter every choice runs with
         self.created = time.time()
         self.arrival = time.monotonic()
         self.pending: list[Delta] = []
@@ -292,7 +294,7 @@ class Table:
         arrival = time.time()
         frames = [
             wire.encode_add(wire.EngineCoreRequest(
-                c.engine_id, c.prompt_token_ids, None, c.params, None, arrival, None,
+                c.engine_id, c.prompt_token_ids, None, c.params, None, arrival, group.lora,
                 cache_salt, None, client_index=self.client_index, priority=priority,
                 external_req_id=group.request_id), limits)
             for c in group.choices

@@ -25,6 +25,7 @@ from frontend.engine_client import EngineAddresses, EngineClient
 from frontend.engine_handshake import HandshakeServer
 from frontend.errors import error_middleware
 from frontend.fanout import Table
+from frontend.lora import LoRAModulePath
 from frontend.model import ModelInfo
 from frontend.openai.routes import Route, openai_routes
 from frontend.ops import admission, listeners, security, systemd
@@ -62,6 +63,8 @@ class ServerConfig:
     num_clients: int = 1
     shared: Any = None
     handoff: Any = None
+    lora_modules: list[LoRAModulePath] = field(default_factory=list)
+    require_lora: bool = False  # --enable-lora: the engine must support LoRA
 
 
 class Server:
@@ -92,6 +95,7 @@ class Server:
         self.metrics = Metrics(self.state, self.limits, engine_metrics)
         self.runner: web.AppRunner | None = None
         self._stopped = asyncio.Event()
+        self._lora_restore: asyncio.Task | None = None
 
     # ------------------------------------------------------------ engine events
     def _on_outputs(self, batch: list) -> None:
@@ -114,6 +118,8 @@ class Server:
         self.state.engine_attached(self.engine.ready)
         if self.runner is not None:  # a rank attached after a restart
             self.notifier.status(f"engine rank {rank} attached again; serving")
+            if self.state.lora.adapters:  # it knows none of them
+                self._lora_restore = asyncio.ensure_future(self.state.lora.restore())
 
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
@@ -161,6 +167,7 @@ class Server:
             self.handshake.start(zmq.Context.instance())
         await self.engine.start(timeout=self.config.engine_ready_timeout,
                                 progress=self.notifier.status)
+        await self._start_lora()
         engine_ready_at = time.monotonic()
         self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
                                     access_log=None, **listeners.runner_kwargs(self.config.ops))
@@ -189,6 +196,24 @@ class Server:
         while True:
             shared.heartbeat[self.config.client_index] = time.monotonic()
             await asyncio.sleep(HEARTBEAT_S)
+
+    async def _start_lora(self) -> None:
+        """Refuse an engine without LoRA if adapters are asked for; then load
+        ``--lora-modules`` into it before serving (any failure stops the start)."""
+        config, ready = self.config, self.state.ready
+        if (config.require_lora or config.lora_modules) and not ready.supports_lora:
+            flag = "--lora-modules" if config.lora_modules else "--enable-lora"
+            raise ValueError(
+                f"{flag}: the engine does not support LoRA (its ready response says "
+                "supports_lora=false); start the engine with --enable-lora and a "
+                "--max-lora-rank at least the adapters' rank")
+        if config.serving.runtime_lora_updating:
+            log.warning("LoRA dynamic loading & unloading is enabled in the API server. "
+                        "This should ONLY be used for local development!")
+        await self.state.lora.load_static(config.lora_modules)
+        if config.lora_modules:
+            log.info("LoRA adapters: %s (the engine has %d LoRA slots per batch)",
+                     ", ".join(m.name for m in config.lora_modules), ready.max_loras)
 
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()

@@ -2,8 +2,9 @@
 
 The composition root (``server.py``) builds one :class:`AppState` and hands it
 to the routes; handlers never see the server. It holds the model's facts, the
-fan-out table, the renderer, the handler-facing flags, and what is known of
-the engine (attached, its limits, the fingerprint), kept current by the server.
+fan-out table, the renderer, the LoRA adapters, the handler-facing flags, and
+what is known of the engine (attached, its limits, the fingerprint), kept
+current by the server.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import msgspec
 
 from frontend.errors import not_found_model
 from frontend.fanout import Table
+from frontend.lora import LoraRegistry
 from frontend.model import ModelInfo
 from frontend.render import Renderer
 from protocol.handshake import ReadyResponse
@@ -30,6 +32,8 @@ class ServingConfig:
     force_include_usage: bool = False
     max_stream_buffer: int = 1 << 20
     enable_debug_endpoints: bool = False
+    # VLLM_ALLOW_RUNTIME_LORA_UPDATING: serve /v1/load_lora_adapter and unload.
+    runtime_lora_updating: bool = False
 
 
 class EngineLink(Protocol):
@@ -59,6 +63,7 @@ class AppState:
         self.engine = engine
         self.table = table
         self.renderer = renderer
+        self.lora = LoraRegistry(engine, model.served_names)
         self.ready: ReadyResponse | None = None  # the attached engine's facts
         self.system_fingerprint: str | None = None
         self.draining = False
@@ -86,10 +91,11 @@ class AppState:
                            max_logprobs=self.config.max_logprobs)
 
     def resolve_model(self, name: str | None) -> str:
-        """The served name a request asks for (default: the first), or a 404."""
+        """The served name or LoRA adapter a request asks for (default: the
+        first served name), or a 404."""
         if not name:
             return self.model.name
-        if name in self.model.served_names:
+        if name in self.model.served_names or name in self.lora.adapters:
             return name
         raise not_found_model(name, self.model.served_names)
 

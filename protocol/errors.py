@@ -13,6 +13,15 @@ class EngineVersionError(ProtocolError):
     """The engine runs a vLLM version whose wire format we do not speak."""
 
 
+class UtilityCallError(ProtocolError):
+    """A utility call the engine ran and reported as failed; ``failure_message``
+    is the engine's text (``"Call to <method> method failed: <error>"``)."""
+
+    def __init__(self, failure_message: str) -> None:
+        super().__init__(f"engine utility call failed: {failure_message}")
+        self.failure_message = failure_message
+
+
 class ValidationError(ValueError):
     """A request the engine would reject (or die on); mirrors VLLMValidationError.
 

@@ -15,7 +15,9 @@ from typing import Any, Sequence
 import msgspec
 
 from protocol.arrays import NDArray, ext_hook
-from protocol.errors import ProtocolError, ValidationError
+from protocol.errors import ProtocolError, UtilityCallError, ValidationError
+from protocol.lora import LoRARequest
+from protocol.lora import check as check_lora
 from protocol.sampling import ModelLimits, SamplingParams, check
 
 ENGINE_CORE_DEAD = b"ENGINE_CORE_DEAD"
@@ -51,7 +53,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, gc=False):
     sampling_params: SamplingParams | None
     pooling_params: Any
     arrival_time: float
-    lora_request: Any
+    lora_request: LoRARequest | None
     cache_salt: str | None
     data_parallel_rank: int | None
     prompt_embeds: Any = None
@@ -205,6 +207,8 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
     try:
         check_prompt(request.prompt_token_ids or (), limits)
         check(params, limits)
+        if request.lora_request is not None:
+            check_lora(request.lora_request)
     except TypeError as e:  # a value of the wrong type, e.g. a str temperature
         raise ValidationError(f"invalid request: {e}") from None
     try:
@@ -273,9 +277,10 @@ def _resolve_aux_frames(outs: EngineCoreOutputs, frames: Sequence[Any]) -> None:
 
 
 def utility_value(out: UtilityOutput) -> Any:
-    """The returned value of a utility call; raises ProtocolError on failure."""
+    """The returned value of a utility call; raises UtilityCallError (a
+    ProtocolError) with the engine's message when the call failed."""
     if out.failure_message is not None:
-        raise ProtocolError(f"engine utility call failed: {out.failure_message}")
+        raise UtilityCallError(out.failure_message)
     if out.result is None:
         return None
     type_info, value = out.result

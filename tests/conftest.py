@@ -45,3 +45,23 @@ def tiny_model_dir() -> pathlib.Path:
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
     return target
+
+
+@pytest.fixture(scope="session")
+def tiny_lora_dirs(tiny_model_dir) -> tuple[pathlib.Path, pathlib.Path]:
+    """Two LoRA adapters (r=8, q_proj/v_proj, seeds 1 and 2) for the tiny model,
+    built once under build/ by tools/make_tiny_lora.py (keyed by its source and
+    the model's)."""
+    from tools.make_tiny_lora import build
+
+    builder = ROOT / "tools" / "make_tiny_lora.py"
+    key = hashlib.sha256(builder.read_bytes() + tiny_model_dir.name.encode()).hexdigest()[:12]
+    target = ROOT / "build" / f"tiny-lora-{key}"
+    if not (target / "b" / "adapter_model.safetensors").exists():
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build(tiny_model_dir, tmp / "a", seed=1)
+        build(tiny_model_dir, tmp / "b", seed=2)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+    return target / "a", target / "b"

@@ -179,6 +179,7 @@ def test_a_restarted_service_reattaches_with_both_workers(start_ops_stack, tiny_
     stack.frontend = FrontendProcess(old.engine_addr, tiny_model_dir, tmp_path, *WORKERS,
                                      state_file=old.state_file, port=old.port)
     stack.frontend.wait_healthy(timeout=30)
+    wait_for(lambda: "with 2 frontend workers" in stack.frontend.log(), 30)
     before = adds_by_client(stack)
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda i: complete(stack.url, prompt=f"r{i}"), range(40)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 
@@ -105,8 +106,12 @@ def test_every_generation_route_is_admission_controlled(tiny_model_dir):
     from frontend.openai.routes import openai_routes
 
     state = hot_path.make_state(load_model_info(str(tiny_model_dir), served_names=["tiny"]))
+    # Every optional route on: the LoRA admin routes too.
+    state.config = dataclasses.replace(state.config, runtime_lora_updating=True,
+                                       enable_debug_endpoints=True)
     routes = openai_routes(state)
-    not_generation = {"/tokenize", "/detokenize"}
+    not_generation = {"/tokenize", "/detokenize", "/v1/load_lora_adapter",
+                      "/v1/unload_lora_adapter"}
     for route in routes:
         if route.method == "POST" and route.path not in not_generation:
             assert route.count_choices is not None, route.path

@@ -405,10 +405,6 @@ MESSAGE_DIFFERS: dict[str, str] = {
 # error type). The test checks that we answer so, and that vLLM still does not
 # (so that a stale entry shows up).
 KNOWN_DIFFERENCES: dict[str, tuple[str, int, str]] = {
-    "completions-beam-search": (
-        "beam search is a separate, slow code path in vLLM (a search loop over many "
-        "engine requests in the frontend); this frontend does not implement it and "
-        "says so with 501", 501, "NotImplementedError"),
     "completions-response-format": (
         "structured outputs need the engine's grammar backend to be given a compiled "
         "grammar spec by the frontend (xgrammar/guidance in vLLM's Python frontend); "

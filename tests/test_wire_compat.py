@@ -1422,3 +1422,70 @@ def test_doc_output_examples_decode_as_described():
 def test_doc_utility_and_abort_bytes_equal_ours():
     assert wire.encode_utility(1, "is_sleeping") == [b"\x03", bytes.fromhex(DOC_UTILITY_HEX)]
     assert wire.encode_abort([DOC_ENGINE_ID]) == [b"\x01", bytes.fromhex(DOC_ABORT_HEX)]
+
+
+# ----------------------------------------------------------------- LoRA
+
+from protocol.lora import LoRARequest as OurLoRA  # noqa: E402
+
+
+def lora_fields(lora: Any) -> tuple:
+    return (lora.lora_name, lora.lora_int_id, lora.lora_path, lora.base_model_name,
+            lora.load_inplace, lora.is_3d_lora_weight)
+
+
+@pytest.mark.parametrize("lora", [
+    OurLoRA("a1", 1, "/adapters/a1"),
+    OurLoRA("a2", 2**31 - 1, "relative/a2", "tiny", True, True),
+], ids=["defaults", "every-field"])
+def test_add_with_lora_decodes_in_vllm(lora):
+    req = make_request(SamplingParams(max_tokens=4), lora_request=lora)
+    frames = wire.encode_add(req, LIMITS)
+    theirs = vllm_decode_add(frames).lora_request
+    assert isinstance(theirs, LoRARequest)
+    assert lora_fields(theirs) == lora_fields(lora)
+    assert msgspec.msgpack.decode(frames[1])[6] == list(lora_fields(lora))  # element 6
+    assert wire.decode_add(frames[1]) == req
+
+
+def test_vllm_encoded_lora_decodes_with_ours():
+    vreq = VRequest(request_id="r", prompt_token_ids=[1, 2], mm_features=None,
+                    sampling_params=VSamplingParams(max_tokens=3), pooling_params=None,
+                    arrival_time=1.0, lora_request=LoRARequest("a1", 3, "/adapters/a1", "tiny"),
+                    cache_salt=None, data_parallel_rank=None)
+    payload = b"".join(bytes(b) for b in MsgpackEncoder().encode(vreq))
+    ours = wire.decode_add(payload).lora_request
+    assert lora_fields(ours) == ("a1", 3, "/adapters/a1", "tiny", False, False)
+
+
+class _LoraProbe(_ProbeEngine):
+    def add_lora(self, lora_request: LoRARequest) -> bool:
+        self.loras.append(lora_request)
+        return True
+
+
+def test_add_lora_utility_reaches_vllm_as_its_lora_request():
+    """/v1/load_lora_adapter's call: vLLM converts our array to its LoRARequest."""
+    eng = object.__new__(_LoraProbe)
+    eng.__dict__.update(make_probe().__dict__)
+    eng.loras = []
+    lora = OurLoRA("a1", 1, "/adapters/a1", None, True)
+    request = vllm_decode_generic(wire.encode_utility(5, "add_lora", [lora]),
+                                  VRequestType.UTILITY)
+    assert request[3] == [["a1", 1, "/adapters/a1", None, True, False]]
+    eng._handle_client_request(VRequestType.UTILITY, request)
+    _, outs = eng.output_queue.get_nowait()
+    assert wire.utility_value(wire.decode_outputs(vllm_encode(outs)).utility_output) is True
+    assert [lora_fields(x) for x in eng.loras] == [lora_fields(lora)]
+
+
+@pytest.mark.parametrize("lora", [OurLoRA("a", 0, "/x"), OurLoRA("a", 1, "")],
+                         ids=["id-0", "empty-path"])
+def test_lora_that_would_kill_the_input_thread_is_refused(lora):
+    """vLLM's LoRARequest.__post_init__ runs while the engine decodes the ADD."""
+    req = make_request(SamplingParams(max_tokens=4), lora_request=lora)
+    with pytest.raises(ValidationError):
+        wire.encode_add(req, LIMITS)
+    raw = msgspec.msgpack.encode(req)  # what would have gone out unchecked
+    with pytest.raises((ValueError, AssertionError, msgspec.ValidationError)):
+        MsgpackDecoder(VRequest).decode([raw])

@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--script", type=Path,
                    help="JSON file: a list of script entries (engine_core/mock/scripts.py)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--enable-lora", action="store_true",
+                   help="serve LoRA adapters (add_lora; ADDs that name one)")
+    p.add_argument("--max-loras", type=int, default=1,
+                   help="adapters per batch, reported in the ready response")
+    p.add_argument("--max-lora-rank", type=int, default=16)
+    p.add_argument("--max-cpu-loras", type=int, default=None,
+                   help="adapters kept loaded (LRU; default --max-loras)")
     p.add_argument("--handshake-timeout", type=float, default=HANDSHAKE_TIMEOUT_MINS * 60,
                    help="seconds to wait for INIT after HELLO (vLLM: 5 minutes)")
     p.add_argument("--data-parallel-size", "-dp", type=int, default=1,

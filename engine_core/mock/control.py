@@ -99,6 +99,8 @@ class Control:
             "scripted": engine.scripts.matched,
             "steps": c.steps,
             "utility_calls": c.utility_calls,
+            "lora_adds": engine.loras.adds_with_lora,
+            "loras": engine.loras.list_loras(),
             "input_alive": engine.input_alive,
             "paused": engine.utils.is_scheduler_paused(),
             "rank": engine.rank,

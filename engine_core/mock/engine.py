@@ -44,6 +44,7 @@ import zmq
 from engine_core.mock.counters import Counters
 from engine_core.mock.errors import EngineDead, InputPoisoned, SilentExit, StartupError
 from engine_core.mock.facts import ModelFacts
+from engine_core.mock.loras import Loras
 from engine_core.mock.requests import Request, Settings
 from engine_core.mock.scheduler import Scheduler
 from engine_core.mock.scripts import Scripts
@@ -117,6 +118,12 @@ class MockEngine:
                                max_num_seqs=args.max_num_seqs, block_size=self.block_size,
                                num_blocks=self.num_blocks, seed=args.seed)
         self.utils = Utilities(self.sched, self.abort_in_flight)
+        self.loras = Loras(args.enable_lora, args.max_loras, args.max_lora_rank,
+                           args.max_cpu_loras)
+        self.utils.methods.update(add_lora=self.loras.add_lora,
+                                  remove_lora=self.loras.remove_lora,
+                                  list_loras=self.loras.list_loras,
+                                  pin_lora=self.loras.pin_lora)
         self.counters = Counters()
         self.ctx = zmq.Context()
         self.control: ControlChannel | None = None  # set by the CLI
@@ -213,8 +220,8 @@ class MockEngine:
             decode_context_parallel_size=1, data_parallel_rank=self.rank,
             max_num_seqs=a.max_num_seqs,
             max_num_batched_tokens=max(a.max_model_len, 2048),
-            instance_id=f"mock-{uuid.uuid4().hex[:12]}", supports_lora=False,
-            max_loras=0, kv_cache_size_tokens=kv_tokens,
+            instance_id=f"mock-{uuid.uuid4().hex[:12]}", supports_lora=self.loras.enabled,
+            max_loras=self.loras.max_loras, kv_cache_size_tokens=kv_tokens,
             kv_cache_max_concurrency=kv_tokens / a.max_model_len,
             effective_attention_block_size=self.block_size)
 
@@ -398,6 +405,8 @@ class MockEngine:
             self._finish_outside_step([(req.client_index, req.request_id)],
                                       FinishReason.ERROR)
             return
+        if req.lora_request is not None:
+            self.loras.on_add(req.lora_request)
         script = self.scripts.match(req.prompt_token_ids) if self.scripts else None
         request = Request(req, params, self.facts, self.args.seed, self.log_stats, script)
         error = self.error_next > 0

@@ -1,8 +1,9 @@
 """A live request and the deterministic "model" that writes its tokens.
 
-Generated tokens are a deterministic function of the prompt, ``--seed`` and
-the request's sampling (greedy: the prompt alone; ``seed`` set: also the seed;
-sampling without a seed: also the request id, so n>1 children differ).
+Generated tokens are a deterministic function of the prompt, ``--seed``, the
+LoRA adapter's name if any, and the request's sampling (greedy: the prompt
+alone; ``seed`` set: also the seed; sampling without a seed: also the request
+id, so n>1 children differ).
 Natural tokens are never added/special tokens nor any of the request's stop
 ids. Requests finish only by these documented rules:
 
@@ -40,6 +41,7 @@ TABLE_MASK = (1 << TABLE_BITS) - 1
 MASK = (1 << 64) - 1
 _EOS_SALT = 0x5EED_E05
 _TABLE_SALT = 0x5EED_7AB
+_LORA_SALT = 0x5EED_10AA
 
 
 def mix(x: int) -> int:
@@ -80,7 +82,9 @@ class Request:
         self.prompt_len = len(self.prompt)
         self.params = params
         self.greedy = params.temperature < SAMPLING_EPS
-        self.key = self._stream_key(params, seed)
+        lora = req.lora_request
+        self.key = self._stream_key(params, seed) ^ (
+            mix(_LORA_SALT ^ zlib.crc32(lora.lora_name.encode())) if lora else 0)
         self.offset = self.key & TABLE_MASK
         self.stride = (self.key >> TABLE_BITS) & TABLE_MASK | 1
         self.max_tokens = params.max_tokens
@@ -124,7 +128,9 @@ class Request:
         # vLLM's __post_init__ turns prompt logprobs into "skip reading the cache".
         self.skip_cache = bool(params.skip_reading_prefix_cache) \
             or params.prompt_logprobs is not None
-        self.cache_salt = req.cache_salt
+        # vLLM's block hashes include the adapter (name and path) too.
+        self.cache_salt = req.cache_salt if lora is None \
+            else (req.cache_salt, lora.lora_name, lora.lora_path)
         self.events: list[dict] | None = \
             [{"type": 1, "timestamp": time.monotonic()}] if log_stats else None
         self.num_out = 0

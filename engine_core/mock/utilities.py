@@ -38,7 +38,6 @@ class Utilities:
             "is_scheduler_paused": self.is_scheduler_paused,
             "get_weight_version": lambda: self.weight_version,
             "set_weight_version": self.set_weight_version,
-            "list_loras": lambda: [],
             "execute_dummy_batch": lambda: None,
         }
 

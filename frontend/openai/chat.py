@@ -18,6 +18,7 @@ from aiohttp import web
 
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
+from frontend.openai import beam_search
 from frontend.openai.common import (
     StreamOptions,
     as_n,
@@ -75,6 +76,7 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     parallel_tool_calls: bool | None = True
     user: str | None = None
     use_beam_search: bool = False
+    length_penalty: float = 1.0
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
@@ -233,9 +235,6 @@ def check_supported(req: ChatCompletionRequest) -> None:
         raise ApiError("`functions` and `function_call` (deprecated function calling) are "
                        "not supported by this frontend", param="functions")
     check_template_override(req.chat_template, req.chat_template_kwargs)
-    if req.use_beam_search:
-        raise ApiError("beam search is not supported by this frontend", 501,
-                       "NotImplementedError")
     if req.response_format is not None or req.structured_outputs is not None:
         raise ApiError("structured outputs (response_format, structured_outputs) are not "
                        "supported by this frontend", param="response_format")
@@ -282,6 +281,11 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
         add_special_tokens=req.add_special_tokens, truncate=req.truncate_prompt_tokens,
         truncation_side=req.truncation_side, max_output_tokens=requested or 0)
     prompt_ids = rendered.token_ids
+    if req.use_beam_search:
+        return await beam_search.serve(
+            state, request, req, f"chatcmpl-{request_id_for(request, req.request_id)}",
+            [prompt_ids], requested, state.lora.get(served),
+            lambda group: ChatView(state, req, group, served, rendered, add_generation_prompt))
 
     fields = msgspec.structs.asdict(req)
     fields["logprobs"] = req.top_logprobs if req.logprobs else None
@@ -295,6 +299,7 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
     rid = request_id_for(request, req.request_id)
     group = Group(f"chatcmpl-{rid}", stream=bool(req.stream),
                   max_pending=state.config.max_stream_buffer)
+    group.lora = state.lora.get(served)
     for j in range(params.n):
         state.table.add_choice(group, index=j, prompt_index=0, prompt_token_ids=prompt_ids,
                                params=child_params(params, j))
@@ -337,7 +342,8 @@ class ChatView:
         if not self.req.logprobs:
             return None
         return chat_logprobs(token_ids, positions or [], self.req.top_logprobs,
-                             bool(self.req.return_tokens_as_token_ids))
+                             bool(self.req.return_tokens_as_token_ids),
+                             token_bytes=not self.req.use_beam_search)
 
     # ------------------------------------------------------------ non-streaming
     def full_response(self) -> dict:

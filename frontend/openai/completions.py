@@ -15,6 +15,7 @@ from aiohttp import web
 
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
+from frontend.openai import beam_search
 from frontend.openai.common import (
     StreamOptions,
     as_n,
@@ -61,6 +62,7 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     top_p: float | None = None
     user: str | None = None
     use_beam_search: bool = False
+    length_penalty: float = 1.0
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
@@ -113,6 +115,7 @@ def validate_request(req: CompletionRequest) -> None:
     if req.stream_options and not req.stream:
         raise _invalid("Stream options can only be defined when `stream=True`.",
                        "stream_options")
+    beam_search.check_completion_fields(req)
     if req.logprob_token_ids and req.echo and req.max_tokens == 0:
         raise _invalid("`logprob_token_ids` is not supported when `echo=True` and "
                        "`max_tokens=0` because no output tokens are generated.",
@@ -142,9 +145,6 @@ def validate_request(req: CompletionRequest) -> None:
         # What vLLM answers when started without --enable-prompt-embeds.
         raise _invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
                        "prompt_embeds")
-    if req.use_beam_search:
-        raise ApiError("beam search is not supported by this frontend", 501,
-                       "NotImplementedError")
     if req.suffix is not None:
         raise ApiError("suffix is only supported for models with FIM completion rendering",
                        400, "BadRequestError", "suffix")
@@ -234,6 +234,7 @@ def _count_prompts(raw: bytes) -> int:
 async def create_completion(state: AppState, request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, CompletionRequest)
     validate_request(req)
+    beam_search.check_not_streaming(req)
     served = state.resolve_model(req.model)
     prompts = split_prompts(req.prompt)
     max_model_len = state.max_model_len
@@ -249,8 +250,14 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
     if req.logprob_token_ids:
         fields["logprobs"] = None
     rid = request_id_for(request, req.request_id)
+    if req.use_beam_search:
+        return await beam_search.serve(
+            state, request, req, f"cmpl-{rid}", [ids for ids, _ in rendered], req.max_tokens,
+            state.lora.get(served),
+            lambda group: CompletionView(state, req, group, served, rendered))
     group = Group(f"cmpl-{rid}", stream=bool(req.stream),
                   max_pending=state.config.max_stream_buffer)
+    group.lora = state.lora.get(served)
     model = state.model
     for p_idx, (ids, _) in enumerate(rendered):
         max_tokens = get_max_tokens(max_model_len, req.max_tokens, len(ids),

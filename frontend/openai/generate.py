@@ -173,6 +173,7 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
     rid = request_id_for(request, req.request_id)
     group = Group(f"generate-tokens-{rid}", stream=bool(req.stream),
                   max_pending=state.config.max_stream_buffer)
+    group.lora = state.lora.get(served)
     for j in range(params.n):
         state.table.add_choice(group, index=j, prompt_index=0,
                                prompt_token_ids=req.token_ids, params=child_params(params, j))

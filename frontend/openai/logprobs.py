@@ -76,10 +76,11 @@ def completion_logprobs(model: "ModelInfo", token_ids: list[int],
 
 
 def chat_logprobs(token_ids: list[int], positions: list[Position | None], num_top: int,
-                  as_token_ids: bool) -> dict:
+                  as_token_ids: bool, token_bytes: bool = True) -> dict:
     """Chat's ``logprobs``: ``top_logprobs`` holds the first ``num_top`` entries of
     the position (the sampled token first); a token that ended in a partial
-    UTF-8 character has the text ``""``."""
+    UTF-8 character has the text ``""``. Without ``token_bytes`` (beam search,
+    whose logprobs vLLM decodes only when answering) a token's ``bytes`` is null."""
     content = []
     for token_id, pos in _positions(token_ids, positions):
         entry = pos.get(token_id) if pos else None
@@ -96,7 +97,8 @@ def chat_logprobs(token_ids: list[int], positions: list[Position | None], num_to
             t = f"token_id:{tid}" if as_token_ids else t
             top.append({"token": t, "logprob": _floor(v), "bytes": _utf8(t)})
         content.append({"token": f"token_id:{token_id}" if as_token_ids else text,
-                        "logprob": _floor(lp), "bytes": _utf8(text), "top_logprobs": top})
+                        "logprob": _floor(lp), "bytes": _utf8(text) if token_bytes else None,
+                        "top_logprobs": top})
     return {"content": content}
 
 

@@ -24,17 +24,26 @@ def json_response(state: AppState, value: Any, status: int = 200) -> web.Respons
 
 
 async def list_models(state: AppState, request: web.Request) -> web.Response:
+    """The served names, then the LoRA adapters in load order (vLLM's cards)."""
     now = int(time.time())
-    data = [{
-        "id": name, "object": "model", "created": now, "owned_by": "vllm",
-        "root": state.model.path, "parent": None, "max_model_len": state.max_model_len,
-        "permission": [{
-            "id": f"modelperm-{secrets.token_hex(8)}", "object": "model_permission",
-            "created": now, "allow_create_engine": False, "allow_sampling": True,
-            "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-            "allow_fine_tuning": False, "organization": "*", "group": None,
-            "is_blocking": False}],
-    } for name in state.model.served_names]
+
+    def card(name: str, root: str, parent: str | None, max_model_len: int | None) -> dict:
+        return {
+            "id": name, "object": "model", "created": now, "owned_by": "vllm",
+            "root": root, "parent": parent, "max_model_len": max_model_len,
+            "permission": [{
+                "id": f"modelperm-{secrets.token_hex(8)}", "object": "model_permission",
+                "created": now, "allow_create_engine": False, "allow_sampling": True,
+                "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                "allow_fine_tuning": False, "organization": "*", "group": None,
+                "is_blocking": False}],
+        }
+
+    lora = state.lora
+    data = [card(name, state.model.path, None, state.max_model_len)
+            for name in state.model.served_names]
+    data += [card(a.lora_name, a.lora_path, lora.parent(a), None)
+             for a in lora.adapters.values()]
     return json_response(state, {"object": "list", "data": data})
 
 

@@ -13,7 +13,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from frontend.openai import chat, completions, generate, misc
+from frontend.openai import adapters, chat, completions, generate, misc
 from frontend.state import AppState
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -46,6 +46,11 @@ def openai_routes(state: AppState) -> list[Route]:
         Route("POST", "/tokenize", bind(misc.tokenize)),
         Route("POST", "/detokenize", bind(misc.detokenize)),
     ]
+    if state.config.runtime_lora_updating:
+        routes += [
+            Route("POST", "/v1/load_lora_adapter", bind(adapters.load_lora_adapter)),
+            Route("POST", "/v1/unload_lora_adapter", bind(adapters.unload_lora_adapter)),
+        ]
     if state.config.enable_debug_endpoints:
         routes.append(Route("GET", "/debug/state", bind(misc.debug_state)))
     return routes

@@ -48,7 +48,7 @@ class VllmFrontend:
     """``vllm serve`` (API server only) attached to one headless ``RealEngine``."""
 
     def __init__(self, engine: RealEngine, model_dir: Path, log_path: Path,
-                 *extra_args: str) -> None:
+                 *extra_args: str, env: dict[str, str] | None = None) -> None:
         self.engine = engine
         self.port = free_port()
         self._url = f"http://{HOST}:{self.port}"
@@ -65,7 +65,7 @@ class VllmFrontend:
             self.started_at = time.monotonic()
             self.proc = subprocess.Popen(self.command, cwd=REPO_ROOT, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={**os.environ, **cpu_env()})
+                                         env={**os.environ, **cpu_env(), **(env or {})})
 
     @property
     def url(self) -> str:
