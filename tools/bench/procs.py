@@ -109,13 +109,14 @@ def free_port() -> int:
 
 
 def free_port_triple() -> int:
-    """P, P+1, P+2 free and below the ephemeral range (our frontend binds P+1, P+2)."""
+    """P..P+4 free and below the ephemeral range (our frontend binds P+1, P+2, and
+    a second worker P+3, P+4)."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(500):
-        port = random.randrange(20000, low - 3)
-        if all(_port_free(p) for p in (port, port + 1, port + 2)):
+        port = random.randrange(20000, low - 5)
+        if all(_port_free(p) for p in range(port, port + 5)):
             return port
-    raise RuntimeError("no three consecutive free ports")
+    raise RuntimeError("no five consecutive free ports")
 
 
 # ------------------------------------------------------------------ processes
