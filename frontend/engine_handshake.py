@@ -24,8 +24,6 @@ from protocol.errors import ProtocolError
 
 log = logging.getLogger("frontend.engine")
 
-POLL_S = 0.05
-
 
 def rank_of(identity: bytes) -> int | None:
     """The data-parallel rank an engine's identity names (None if malformed)."""
@@ -41,7 +39,7 @@ class HandshakeServer:
         self._init = hs.encode_init(inputs, outputs)
         self._on_status = on_status
         self._socket: zmq.Socket | None = None
-        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, ctx: zmq.Context) -> None:
         sock = ctx.socket(zmq.ROUTER)
@@ -52,46 +50,49 @@ class HandshakeServer:
             sock.close()
             raise OSError(f"cannot bind {self.address}: {e}") from e
         self._socket = sock
-        self._task = asyncio.get_running_loop().create_task(self._serve())
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.getsockopt(zmq.FD), self._on_readable)
+        # zmq's FD is edge-triggered: drain once so that the next message wakes us.
+        self._on_readable()
 
-    async def _serve(self) -> None:
+    def _on_readable(self) -> None:
         sock = self._socket
-        assert sock is not None
         while True:
-            if not sock.poll(0):
-                await asyncio.sleep(POLL_S)
-                continue
-            frames = sock.recv_multipart()
-            identity = frames[0]
             try:
-                status = hs.decode_status(frames[1] if len(frames) > 1 else b"")
-            except ProtocolError as e:
-                log.warning("ignoring a bad message on the handshake socket: %s", e)
-                continue
-            rank = rank_of(identity)
-            if rank is None or rank >= self.data_parallel_size:
-                log.warning("an engine with identity %s said %s, but this frontend serves "
-                            "--data-parallel-size %d (ranks 0..%d); ignored", identity.hex(),
-                            status.status, self.data_parallel_size,
-                            self.data_parallel_size - 1)
-                continue
-            if status.status == "HELLO":
-                log.info("engine rank %d said HELLO; sending addresses", rank)
-                sock.send_multipart([identity, self._init])
-                self._status(f"engine rank {rank} said HELLO; waiting for it to load the model")
-            elif status.status == "READY":
-                log.info("engine rank %d is ready", rank)
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._on_message(frames)
+
+    def _on_message(self, frames: list[bytes]) -> None:
+        identity = frames[0]
+        try:
+            status = hs.decode_status(frames[1] if len(frames) > 1 else b"")
+        except ProtocolError as e:
+            log.warning("ignoring a bad message on the handshake socket: %s", e)
+            return
+        rank = rank_of(identity)
+        if rank is None or rank >= self.data_parallel_size:
+            log.warning("an engine with identity %s said %s, but this frontend serves "
+                        "--data-parallel-size %d (ranks 0..%d); ignored", identity.hex(),
+                        status.status, self.data_parallel_size, self.data_parallel_size - 1)
+            return
+        if status.status == "HELLO":
+            log.info("engine rank %d said HELLO; sending addresses", rank)
+            self._socket.send_multipart([identity, self._init])
+            self._status(f"engine rank {rank} said HELLO; waiting for it to load the model")
+        elif status.status == "READY":
+            log.info("engine rank %d is ready", rank)
 
     def _status(self, text: str) -> None:
         if self._on_status is not None:
             self._on_status(text)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except BaseException:
-                pass
         if self._socket is not None:
+            try:
+                self._loop.remove_reader(self._socket.getsockopt(zmq.FD))
+            except Exception:
+                pass
             self._socket.close(linger=100)
+            self._socket = None
