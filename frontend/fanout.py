@@ -41,6 +41,8 @@ RECENTLY_GONE_MAX = 8192
 class Engine(Protocol):
     """What the table needs of the engine link."""
 
+    alive: bool  # attached: sends reach the engine
+
     def send_add(self, frames: list[bytes]) -> None: ...
 
     def abort(self, request_ids: Sequence[str]) -> None: ...
@@ -414,9 +416,12 @@ class Table:
 
     def _on_unknown_output(self, out: wire.EngineCoreOutput) -> None:
         """A request this process does not track: aborted here, or left over by a
-        previous frontend process before a re-attach. Stop the latter."""
+        previous frontend process before a re-attach. Stop the latter. Outputs
+        the engine queued while no frontend ran arrive before the re-attach
+        completes, when an abort cannot be sent yet: the request's next output
+        asks again (marking it gone now would ignore that one)."""
         rid = out.request_id
-        if out.finish_reason is None and rid not in self._recently_gone:
+        if out.finish_reason is None and rid not in self._recently_gone and self.engine.alive:
             self._abort_ids([rid])
 
     def _abort_ids(self, ids: list[str]) -> None:

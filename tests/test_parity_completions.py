@@ -408,7 +408,8 @@ KNOWN_DIFFERENCES: dict[str, tuple[str, int, str]] = {
     "completions-beam-search": (
         "beam search is a separate, slow code path in vLLM (a search loop over many "
         "engine requests in the frontend); this frontend does not implement it and "
-        "says so with 501", 501, "NotImplementedError"),
+        "says so with 400 (like every feature it refuses: a 5xx would blame the "
+        "server)", 400, "BadRequestError"),
     "completions-response-format": (
         "structured outputs need the engine's grammar backend to be given a compiled "
         "grammar spec by the frontend (xgrammar/guidance in vLLM's Python frontend); "

@@ -212,7 +212,7 @@ def validate_request(req: ChatCompletionRequest) -> None:
 
 
 def check_supported(req: ChatCompletionRequest) -> None:
-    """What this frontend (text only, no tool parser) cannot do: a clear 400/501."""
+    """What this frontend (text only, no tool parser) cannot do: a clear 400."""
     choice = req.tool_choice
     if choice not in (None, "none"):
         # vLLM's answers when no tool parser is configured.
@@ -234,8 +234,9 @@ def check_supported(req: ChatCompletionRequest) -> None:
                        "not supported by this frontend", param="functions")
     check_template_override(req.chat_template, req.chat_template_kwargs)
     if req.use_beam_search:
-        raise ApiError("beam search is not supported by this frontend", 501,
-                       "NotImplementedError")
+        # A 400 like every other feature refused here: a 5xx would blame the server.
+        raise ApiError("beam search is not supported by this frontend",
+                       param="use_beam_search")
     if req.response_format is not None or req.structured_outputs is not None:
         raise ApiError("structured outputs (response_format, structured_outputs) are not "
                        "supported by this frontend", param="response_format")

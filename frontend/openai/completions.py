@@ -143,8 +143,9 @@ def validate_request(req: CompletionRequest) -> None:
         raise _invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
                        "prompt_embeds")
     if req.use_beam_search:
-        raise ApiError("beam search is not supported by this frontend", 501,
-                       "NotImplementedError")
+        # A 400 like every other feature refused here: a 5xx would blame the server.
+        raise ApiError("beam search is not supported by this frontend",
+                       param="use_beam_search")
     if req.suffix is not None:
         raise ApiError("suffix is only supported for models with FIM completion rendering",
                        400, "BadRequestError", "suffix")
