@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
@@ -161,14 +160,3 @@ def frontend_has_flag(flag: str) -> bool:
     out = subprocess.run([str(procs.BIN_DIR / "frontend"), "--help"], cwd=procs.REPO_ROOT,
                          capture_output=True, text=True, timeout=60)
     return flag in out.stdout
-
-
-def wait_until(predicate, timeout: float, poll: float = 0.01) -> float | None:
-    """Poll until ``predicate()``; time.monotonic() when it held, None on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return time.monotonic()
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(poll)

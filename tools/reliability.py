@@ -1,0 +1,185 @@
+"""docs/reliability.md, regenerated: the soak, chaos and fuzzing runs, one
+table each.
+
+Every run is one of the reliability tools (tools/soak.py, tools/chaos.py,
+tools/fuzz.py) started with the arguments below on its own fresh stack; its
+markdown section and JSON summary go to docs/reliability/, and the page is
+assembled from the sections there (a run not done yet says so)::
+
+    python -m tools.reliability                          # every run (about 90 minutes)
+    python -m tools.reliability --only fuzz-mock soak-mock
+    python -m tools.reliability --assemble               # the page from the stored sections
+
+Exit status 0 when every run that ran passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tools.bench import procs
+
+DOCS = procs.REPO_ROOT / "docs"
+PIECES = DOCS / "reliability"
+PAGE = DOCS / "reliability.md"
+
+# name -> (module, arguments, what was done)
+RUNS: dict[str, tuple[str, list[str], str]] = {
+    "soak-mock": ("tools.soak", ["--engine", "mock", "--requests", "10000",
+                                 "--concurrency", "32", "--seed", "1"],
+                  "Mixed traffic (completions with batch prompts, chat, generate; streamed "
+                  "or not; n up to 4; stop strings, logprobs, token ids) with 30 % of the "
+                  "clients leaving at a random moment, against the mock engine (2 ms "
+                  "steps). Every answer read to the end is checked; afterwards nothing is "
+                  "left in flight and the frontend's RSS is compared with the one after "
+                  "the warm-up."),
+    "soak-real": ("tools.soak", ["--engine", "real", "--requests", "2000",
+                                 "--concurrency", "8", "--max-tokens", "16", "--seed", "2"],
+                  "The same mix against a real vLLM 0.32 EngineCore on the CPU (tiny "
+                  "model), up to 16 tokens a request."),
+    "chaos-engine-kill": ("tools.chaos", ["engine-kill", "--engine", "real",
+                                          "--streams", "64"],
+                          "64 streaming completions (up to 1000 tokens each) run against a "
+                          "real engine; once each has its first event, the engine core "
+                          "process (`VLLM::EngineCore`) gets SIGKILL. Then a new "
+                          "`engine-core` starts on the same `--frontend-addr`, as systemd "
+                          "would (`Restart=always`), and a client retries a completion "
+                          "every 10 ms until it gets a 200."),
+    "chaos-frontend-kill": ("tools.chaos", ["frontend-kill", "--engine", "real",
+                                            "--streams", "64"],
+                            "64 streaming completions (up to 1000 tokens) run against a "
+                            "real engine; the frontend gets SIGKILL and a new frontend "
+                            "starts at once on the same HTTP port, engine addresses and "
+                            "`--engine-state-file`."),
+    "chaos-engine-stall": ("tools.chaos", ["engine-stall", "--engine", "real",
+                                           "--streams", "16"],
+                           "16 streams run against a real engine; the engine core gets "
+                           "SIGSTOP, and SIGCONT later. With the frontend's "
+                           "`--engine-stall-timeout 2` the stall must be detected; a "
+                           "frontend without the flag shows today's behaviour (the streams "
+                           "hang silently and /health stays 200)."),
+    "chaos-idle-connections": ("tools.chaos", ["idle-connections", "--idle", "2000",
+                                               "--streams", "500"],
+                               "The frontend (`--timeout-keep-alive 3600`) on the mock engine "
+                               "(10 ms steps): 500 streams (32 tokens) alone, then 2,000 "
+                               "idle keep-alive connections (each served one GET /health) "
+                               "plus the same 500 streams of which 50 clients never read; "
+                               "the two alternate three times and the medians are "
+                               "compared. TTFT is timed from a request's last byte on an "
+                               "open connection to its first event."),
+    "fuzz-mock": ("tools.fuzz", ["--engine", "mock", "--requests", "20000"],
+                  "Schemathesis generates requests from the frontend's own /openapi.json "
+                  "for every route: each POST route gets the same number, half fitting "
+                  "the schema and half breaking it (wrong types, missing fields, bodies "
+                  "that are not JSON), each GET route 10. Against the mock engine (0 s "
+                  "steps) because the frontend is what is fuzzed and the mock speaks the "
+                  "same protocol: 20,000 requests take minutes instead of hours."),
+    "fuzz-real": ("tools.fuzz", ["--engine", "real", "--requests", "500",
+                                 "--max-tokens-cap", "16"],
+                  "The same against a real engine, smaller, with at most 16 tokens a "
+                  "request: the engine must be alive and idle afterwards (an invalid "
+                  "request that reached it would have killed its input thread)."),
+}
+SECTIONS = [("Soak", ["soak-mock", "soak-real"]),
+            ("Chaos", ["chaos-engine-kill", "chaos-frontend-kill", "chaos-engine-stall",
+                       "chaos-idle-connections"]),
+            ("Fuzzing", ["fuzz-mock", "fuzz-real"])]
+INTRO = """# Reliability
+
+Soak, chaos and fuzzing runs of this frontend, each a table: the command,
+what was done, what was checked and the figures. Regenerate the page with
+
+```bash
+.venv/bin/python -m tools.reliability            # every run (about 90 minutes on 2 cores)
+.venv/bin/python -m tools.reliability --only chaos-engine-kill   # one run, page reassembled
+```
+
+Each run starts its own engine (`engine-core --mock`, or a real vLLM 0.32
+EngineCore on the CPU with the tiny test model) and frontend; the JSON
+summaries are next to the sections in `docs/reliability/`. The tests run
+each of these in short form (`tests/test_soak.py`, `tests/test_chaos.py`,
+`tests/test_fuzz.py`).
+"""
+
+
+def run_one(name: str) -> bool:
+    module, args, _ = RUNS[name]
+    PIECES.mkdir(parents=True, exist_ok=True)
+    md, js = PIECES / f"{name}.md", PIECES / f"{name}.json"
+    argv = [sys.executable, "-m", module, *args, "--markdown", str(md), "--json", str(js)]
+    print(f"reliability: {name}: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    status = subprocess.run(argv, cwd=procs.REPO_ROOT, stdout=subprocess.DEVNULL).returncode
+    took = time.monotonic() - started
+    meta = {"name": name, "exit_status": status, "seconds": round(took),
+            "finished": datetime.datetime.now().isoformat(timespec="seconds"),
+            "code": git_describe(), "host": host()}
+    (PIECES / f"{name}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"reliability: {name}: exit {status} after {took:.0f} s", file=sys.stderr,
+          flush=True)
+    return status == 0
+
+
+def git_describe() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=procs.REPO_ROOT, capture_output=True,
+                              text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "frontend", "protocol",
+                "engine_core", "tools")
+    return git("rev-parse", "--short", "HEAD") + (" (with uncommitted changes)" if dirty else "")
+
+
+def host() -> str:
+    return f"{os.cpu_count()} cores, {platform.python_implementation()} " \
+           f"{platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def assemble() -> str:
+    parts = [INTRO]
+    for title, names in SECTIONS:
+        parts.append(f"## {title}\n")
+        for name in names:
+            md, meta_path = PIECES / f"{name}.md", PIECES / f"{name}.meta.json"
+            _, _, what = RUNS[name]
+            if not md.exists():
+                parts.append(f"### {name}\n\nNot run yet: `python -m tools.reliability "
+                             f"--only {name}`.\n")
+                continue
+            piece = md.read_text().rstrip("\n").split("\n")
+            meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+            # the tool's own heading and command, then what was done, then its tables
+            head, rest = piece[:4], piece[4:]
+            stamp = (f"Run {meta['finished']} on code {meta['code']} ({meta['host']}), "
+                     f"{meta['seconds']} s, exit status {meta['exit_status']}."
+                     if meta else "")
+            parts.append("\n".join([*head, f"What was done: {what}", "", stamp, *rest]) + "\n")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.reliability",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="+", choices=list(RUNS), help="these runs only")
+    p.add_argument("--assemble", action="store_true", help="no run: the page from the "
+                                                          "stored sections")
+    args = p.parse_args(argv)
+    ok = True
+    if not args.assemble:
+        for name in args.only or list(RUNS):
+            ok &= run_one(name)
+    PAGE.write_text(assemble())
+    print(f"reliability: wrote {PAGE}", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
