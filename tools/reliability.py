@@ -116,12 +116,13 @@ def run_one(name: str) -> bool:
     md, js = PIECES / f"{name}.md", PIECES / f"{name}.json"
     argv = [sys.executable, "-m", module, *args, "--markdown", str(md), "--json", str(js)]
     print(f"reliability: {name}: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
+    code = git_describe()  # what the run's processes import
     started = time.monotonic()
     status = subprocess.run(argv, cwd=procs.REPO_ROOT, stdout=subprocess.DEVNULL).returncode
     took = time.monotonic() - started
     meta = {"name": name, "exit_status": status, "seconds": round(took),
             "finished": datetime.datetime.now().isoformat(timespec="seconds"),
-            "code": git_describe(), "host": host()}
+            "code": code, "host": host()}
     (PIECES / f"{name}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"reliability: {name}: exit {status} after {took:.0f} s", file=sys.stderr,
           flush=True)
