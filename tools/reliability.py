@@ -113,8 +113,9 @@ each of these in short form (`tests/test_soak.py`, `tests/test_chaos.py`,
 def run_one(name: str) -> bool:
     module, args, _ = RUNS[name]
     PIECES.mkdir(parents=True, exist_ok=True)
-    md, js = PIECES / f"{name}.md", PIECES / f"{name}.json"
-    argv = [sys.executable, "-m", module, *args, "--markdown", str(md), "--json", str(js)]
+    md, js = (str((PIECES / f"{name}.{ext}").relative_to(procs.REPO_ROOT))
+              for ext in ("md", "json"))
+    argv = [sys.executable, "-m", module, *args, "--markdown", md, "--json", js]
     print(f"reliability: {name}: {' '.join(argv[1:])}", file=sys.stderr, flush=True)
     code = git_describe()  # what the run's processes import
     started = time.monotonic()
@@ -155,7 +156,7 @@ def assemble() -> str:
                 parts.append(f"### {name}\n\nNot run yet: `python -m tools.reliability "
                              f"--only {name}`.\n")
                 continue
-            piece = md.read_text().rstrip("\n").split("\n")
+            piece = md.read_text().replace(f"{procs.REPO_ROOT}/", "").rstrip("\n").split("\n")
             meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
             # the tool's own heading and command, then what was done, then its tables
             head, rest = piece[:4], piece[4:]
