@@ -109,6 +109,22 @@ each of these in short form (`tests/test_soak.py`, `tests/test_chaos.py`,
 `tests/test_fuzz.py`).
 """
 
+FOUND = """## Found and fixed by these runs
+
+* **A restarted frontend left the killed one's requests running** (frontend-kill):
+  the engine queues its outputs while no frontend runs, and the new frontend
+  reads them before its re-attach completes, when an abort cannot be sent
+  yet; it still marked those requests as gone, so it ignored their later
+  outputs and they ran to their end (7.6 s at 100 mock steps/s). Now the
+  next output after the re-attach aborts them (serving → engine idle:
+  0.01 s on the mock). Tests: `tests/test_fanout_orphans.py`,
+  `tests/test_chaos.py::test_frontend_killed_under_load_aborts_the_orphans`.
+* **Beam search was refused with 501** (fuzzing): a 5xx blames the server for
+  a request this frontend does not serve. Now a 400 like every other refused
+  feature (`suffix`, tools, structured outputs). Test:
+  `tests/test_openapi.py::test_beam_search_is_a_400`.
+"""
+
 
 def run_one(name: str) -> bool:
     module, args, _ = RUNS[name]
@@ -146,7 +162,7 @@ def host() -> str:
 
 
 def assemble() -> str:
-    parts = [INTRO]
+    parts = [INTRO, "## Summary\n", summary_table()]
     for title, names in SECTIONS:
         parts.append(f"## {title}\n")
         for name in names:
@@ -163,8 +179,61 @@ def assemble() -> str:
             stamp = (f"Run {meta['finished']} on code {meta['code']} ({meta['host']}), "
                      f"{meta['seconds']} s, exit status {meta['exit_status']}."
                      if meta else "")
-            parts.append("\n".join([*head, f"What was done: {what}", "", stamp, *rest]) + "\n")
+            parts.append("\n".join([*head, f"What was done: {what}", "", stamp, "", *rest])
+                         + "\n")
+    parts.append(FOUND)
     return "\n".join(parts)
+
+
+def summary_table() -> str:
+    """One line per run: passed, and the figures the issue asks for."""
+    def load(name: str) -> dict | None:
+        path = PIECES / f"{name}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def soak(s: dict) -> str:
+        return (f"{s['requests']['main']:,} requests: {s['lost']} lost, {s['truncated']} "
+                f"truncated, {s['leaked']['table']} leaked; RSS {s['rss']['growth_pct']:+.1f} %")
+
+    def fuzz(s: dict) -> str:
+        return (f"{s['requests']:,} requests over {s['routes']} routes: {s['server_errors']} "
+                f"5xx, {s['bad_error_shapes']} 4xx not in OpenAI's shape; engine alive "
+                f"{s['after']['engine_alive']}, idle {s['after']['idle']}")
+
+    def stall(s: dict) -> str:
+        if s["detector"]:
+            return (f"SIGSTOP → /health 503 in {s['stop_to_health_503_s']} s, "
+                    f"{s['streams_ended_with_error_and_done']}/{s['streams']} streams ended "
+                    f"with an error; SIGCONT → 200 in {s['cont_to_health_200_s']} s")
+        return (f"no stall detector yet: {s['streams_still_open']}/{s['streams']} streams hung "
+                f"silently for {s['watched_s']:.0f} s, /health {s['health_while_stopped']}; "
+                f"all completed after SIGCONT")
+
+    figures = {
+        "soak-mock": soak, "soak-real": soak, "fuzz-mock": fuzz, "fuzz-real": fuzz,
+        "chaos-engine-stall": stall,
+        "chaos-engine-kill": lambda s: (
+            f"{s['streams_ended_with_error_and_done']}/{s['streams']} streams ended with an "
+            f"error and [DONE], kill → last end {s['kill_to_last_stream_end_s']} s, /health "
+            f"{s['health_after_kill']}; restarted engine ready → first 200 "
+            f"{s['engine_ready_to_first_200_s']} s (no frontend restart)"),
+        "chaos-frontend-kill": lambda s: (
+            f"kill → serving again {s['kill_to_serving_s']} s (process start "
+            f"{s['start_to_serving_s']} s); orphaned requests aborted: serving → engine "
+            f"idle {s['serving_to_engine_idle_s']} s"),
+        "chaos-idle-connections": lambda s: (
+            f"{s['idle_connections']:,} idle + {s['silent_streams']} silent: reading TTFT "
+            f"p50 ×{s['ttft_ratio_p50']}, p99 ×{s['ttft_ratio_p99']}; peak RSS "
+            f"{s['alone (medians)']['rss_peak_mib']} → "
+            f"{s['with idle and silent clients (medians)']['rss_peak_mib']} MiB"),
+    }
+    lines = ["| run | passed | figures |", "|---|---|---|"]
+    for _, names in SECTIONS:
+        for name in names:
+            s = load(name)
+            lines.append(f"| {name} | {'yes' if s['passed'] else '**no**'} | "
+                         f"{figures[name](s)} |" if s else f"| {name} | not run | |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
