@@ -340,12 +340,16 @@ async def frontend_kill(stack: Stack, args: argparse.Namespace) -> dict:
                           args.start_timeout, poll=0.005)
     idle_at = await until(lambda: idle(stack.url), 30, poll=0.01)
     after = post_status(stack.url, completion_body(4, stream=False))
+    # The new frontend's own view: sockets bound -> the running engine answered.
+    bound = log_wall_time(stack.frontend.log_path, "waiting for an engine", 0)
+    attached = log_wall_time(stack.frontend.log_path, "re-attached to a running engine", 0)
     summary = {
         "streams": len(streams), "max_tokens": args.max_tokens,
         "engine_had_work_before_kill": busy and busy["engine_has_work"],
         "streams_cut_by_the_kill": cut,
         "kill_to_serving_s": r3(serving - t_kill) if serving else None,
         "start_to_serving_s": r3(serving - t_start) if serving else None,
+        "reattach_s": r3(attached - bound) if bound and attached else None,
         "serving_to_engine_idle_s": r3(idle_at - serving) if serving and idle_at else None,
         "request_after_restart": after,
     }

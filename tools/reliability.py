@@ -218,9 +218,10 @@ def summary_table() -> str:
             f"{s['health_after_kill']}; restarted engine ready → first 200 "
             f"{s['engine_ready_to_first_200_s']} s (no frontend restart)"),
         "chaos-frontend-kill": lambda s: (
-            f"kill → serving again {s['kill_to_serving_s']} s (process start "
-            f"{s['start_to_serving_s']} s); orphaned requests aborted: serving → engine "
-            f"idle {s['serving_to_engine_idle_s']} s"),
+            f"kill → serving again {s['kill_to_serving_s']} s (new process → serving "
+            f"{s['start_to_serving_s']} s, of which the re-attach {s['reattach_s']} s); "
+            f"orphaned requests aborted: serving → engine idle "
+            f"{s['serving_to_engine_idle_s']} s"),
         "chaos-idle-connections": lambda s: (
             f"{s['idle_connections']:,} idle + {s['silent_streams']} silent: reading TTFT "
             f"p50 ×{s['ttft_ratio_p50']}, p99 ×{s['ttft_ratio_p99']}; peak RSS "
