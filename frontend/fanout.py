@@ -461,7 +461,10 @@ class Table:
 
     def _on_unknown_output(self, out: wire.EngineCoreOutput, rank: int) -> None:
         """A request this process does not track: aborted here, or left over by a
-        previous frontend process before a re-attach. Stop the latter."""
+        previous frontend process before a re-attach. Stop the latter. Outputs
+        the engine queued while no frontend ran arrive before the re-attach
+        completes, when an abort cannot be sent yet: the request's next output
+        asks again (marking it gone now would ignore that one)."""
         rid = out.request_id
         if out.finish_reason is None and rid not in self._recently_gone:
             self._abort(rank, [rid])

@@ -27,6 +27,7 @@ from frontend.errors import error_middleware
 from frontend.fanout import Table
 from frontend.lora import LoRAModulePath
 from frontend.model import ModelInfo
+from frontend.openai import openapi
 from frontend.openai.routes import Route, openai_routes
 from frontend.ops import admission, listeners, security, systemd
 from frontend.ops.flags import OpsConfig
@@ -123,7 +124,8 @@ class Server:
 
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
-        return [*openai_routes(self.state), Route("GET", "/metrics", self.metrics.handle)]
+        routes = [*openai_routes(self.state), Route("GET", "/metrics", self.metrics.handle)]
+        return [*routes, openapi.route(routes)]
 
     def make_app(self) -> web.Application:
         """Routes from the route table; middlewares outermost first: request id ->

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import random
 import re
@@ -48,6 +47,7 @@ from typing import Any
 import aiohttp
 
 from tools.bench import procs
+from tools.stack import Stack
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions",
          "generate": "/inference/v1/generate"}
@@ -58,7 +58,6 @@ STAYED = ("complete", "truncated", "failed", "lost")  # a client that read to th
 RSS_GROWTH_LIMIT_PCT = 10.0
 ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback|\"level\":\s*\"(error|critical)\"",
                         re.I)
-SERVED_NAME = "tiny"
 
 
 # ------------------------------------------------------------------ requests
@@ -500,51 +499,6 @@ def markdown(summary: dict, engine: str, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------ the stack
-
-def tiny_model_dir() -> Path:
-    """The tests' tiny model (tests/conftest.py's cache key), built if missing."""
-    from tools.make_tiny_model import build
-
-    builder = procs.REPO_ROOT / "tools" / "make_tiny_model.py"
-    key = hashlib.sha256(builder.read_bytes()).hexdigest()[:12]
-    target = procs.REPO_ROOT / "build" / f"tiny-model-{key}"
-    if not (target / "model.safetensors").exists():
-        log(f"building the tiny model in {target}")
-        build(target)
-    return target
-
-
-def start_stack(args: argparse.Namespace, workdir: Path) -> tuple[str, list[procs.Proc]]:
-    model_dir = args.model or tiny_model_dir()
-    port = procs.free_port_triple()
-    engine_addr = f"tcp://{procs.HOST}:{port}"
-    http_port = procs.free_port()
-    bin_dir = procs.BIN_DIR
-    if args.engine == "mock":
-        engine_argv = [str(bin_dir / "engine-core"), "--mock", "--frontend-addr", engine_addr,
-                       "--model", str(model_dir), "--step-time", str(args.mock_step_time)]
-    else:
-        engine_argv = [str(bin_dir / "engine-core"), "--model", str(model_dir),
-                       "--frontend-addr", engine_addr, "--max-model-len", "1024",
-                       "--dtype", "float32"]
-    frontend_argv = [str(bin_dir / "frontend"), "--engine-addr", engine_addr,
-                     "--model", str(model_dir), "--served-model-name", SERVED_NAME,
-                     "--port", str(http_port), "--enable-debug-endpoints",
-                     "--engine-state-file", str(workdir / "engine.state"),
-                     *shlex.split(args.frontend_args)]
-    frontend = procs.Proc("frontend", frontend_argv, None, workdir / "frontend.log")
-    engine = procs.Proc("engine", engine_argv, None, workdir / "engine.log")
-    url = f"http://{procs.HOST}:{http_port}"
-    try:
-        procs.wait_healthy(url, [frontend, engine], args.start_timeout, poll=0.1)
-    except BaseException:
-        frontend.stop()
-        engine.stop()
-        raise
-    return url, [frontend, engine]
-
-
 def log(message: str) -> None:
     print(f"soak: {message}", file=sys.stderr, flush=True)
 
@@ -591,13 +545,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join(["python", "-m", "tools.soak",
                           *(sys.argv[1:] if argv is None else argv)])
-    stack: list[procs.Proc] = []
+    stack = None
     if args.engine:
         workdir = args.logdir or Path(tempfile.mkdtemp(prefix="soak-"))
         workdir.mkdir(parents=True, exist_ok=True)
         log(f"starting a {args.engine} stack, logs in {workdir}")
-        url, stack = start_stack(args, workdir)
-        pid, logs = stack[0].pid, {"frontend": stack[0].log_path, "engine": stack[1].log_path}
+        stack = Stack(args.engine, workdir, model_dir=args.model,
+                      frontend_args=shlex.split(args.frontend_args),
+                      mock_step_time=args.mock_step_time)
+        try:
+            stack.start(args.start_timeout)
+        except BaseException:
+            stack.stop()
+            raise
+        url, pid = stack.url, stack.frontend.pid
+        logs = {"frontend": stack.frontend.log_path, "engine": stack.engine.log_path}
     else:
         url, pid, logs = args.url, args.pid, {"frontend": args.log} if args.log else {}
     try:
@@ -605,8 +567,8 @@ def main(argv: list[str] | None = None) -> int:
 
         summary = uvloop.run(soak(url, pid, logs, args))
     finally:
-        for proc in stack:
-            proc.stop()
+        if stack is not None:
+            stack.stop()
     summary["command"] = command
     text = json.dumps(summary, indent=1, ensure_ascii=False)
     print(text)

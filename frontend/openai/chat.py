@@ -214,7 +214,7 @@ def validate_request(req: ChatCompletionRequest) -> None:
 
 
 def check_supported(req: ChatCompletionRequest) -> None:
-    """What this frontend (text only, no tool parser) cannot do: a clear 400/501."""
+    """What this frontend (text only, no tool parser) cannot do: a clear 400."""
     choice = req.tool_choice
     if choice not in (None, "none"):
         # vLLM's answers when no tool parser is configured.

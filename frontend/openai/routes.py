@@ -27,6 +27,8 @@ class Route:
     # Generation routes: the body -> how many engine requests it asks for
     # (prompts x n), from a skeleton parse. None for every other route.
     count_choices: Callable[[bytes], int] | None = None
+    # The msgspec struct the handler decodes its JSON body into (for /openapi.json).
+    body: type | None = None
 
 
 def openai_routes(state: AppState) -> list[Route]:
@@ -35,21 +37,23 @@ def openai_routes(state: AppState) -> list[Route]:
 
     routes = [
         Route("POST", "/v1/completions", bind(completions.create_completion),
-              completions.count_choices),
+              completions.count_choices, completions.CompletionRequest),
         Route("POST", "/v1/chat/completions", bind(chat.create_chat_completion),
-              chat.count_choices),
+              chat.count_choices, chat.ChatCompletionRequest),
         Route("POST", "/inference/v1/generate", bind(generate.create_generate),
-              generate.count_choices),
+              generate.count_choices, generate.GenerateRequest),
         Route("GET", "/v1/models", bind(misc.list_models)),
         Route("GET", "/health", bind(misc.health)),
         Route("GET", "/version", bind(misc.version)),
-        Route("POST", "/tokenize", bind(misc.tokenize)),
-        Route("POST", "/detokenize", bind(misc.detokenize)),
+        Route("POST", "/tokenize", bind(misc.tokenize), body=misc.TokenizeRequest),
+        Route("POST", "/detokenize", bind(misc.detokenize), body=misc.DetokenizeRequest),
     ]
     if state.config.runtime_lora_updating:
         routes += [
-            Route("POST", "/v1/load_lora_adapter", bind(adapters.load_lora_adapter)),
-            Route("POST", "/v1/unload_lora_adapter", bind(adapters.unload_lora_adapter)),
+            Route("POST", "/v1/load_lora_adapter", bind(adapters.load_lora_adapter),
+                  body=adapters.LoadLoRAAdapterRequest),
+            Route("POST", "/v1/unload_lora_adapter", bind(adapters.unload_lora_adapter),
+                  body=adapters.UnloadLoRAAdapterRequest),
         ]
     if state.config.enable_debug_endpoints:
         routes.append(Route("GET", "/debug/state", bind(misc.debug_state)))

@@ -1,0 +1,166 @@
+"""GET /openapi.json: an OpenAPI 3.1 description of every route, as vLLM's
+FastAPI server serves one.
+
+The request bodies are the JSON Schemas of the msgspec structs the handlers
+decode (``msgspec.json.schema_components``), so the description follows the
+code. A few fields are typed ``Any`` in those structs because the handler
+checks them itself, the way vLLM does (its error messages need the raw
+value); :data:`FIELD_SHAPES` says what they accept. Built once, on the first
+request, and served as cached bytes.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from frontend.openai.routes import Route
+
+REF = "#/components/schemas/{name}"
+TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+INT_OR_NULL = {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+TEXT_PART = {"type": "object", "properties": {"type": {"const": "text"},
+                                              "text": {"type": "string"}},
+             "required": ["type", "text"]}
+MESSAGE = {
+    "type": "object",
+    "properties": {
+        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART},
+                              {"type": "null"}]},
+        "name": {"type": "string"},
+        "tool_call_id": {"type": "string"},
+    },
+    "required": ["role"],
+}
+# (struct, field) -> the schema of an ``Any`` field: what its handler accepts.
+# Fields this frontend refuses whatever their value (tools, response_format,
+# prompt_embeds, ...) stay ``{}``: any JSON value, answered with a 400.
+FIELD_SHAPES: dict[tuple[str, str], dict[str, Any]] = {
+    ("CompletionRequest", "prompt"): {"anyOf": [
+        {"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        {**TOKEN_IDS, "minItems": 1},
+        {"type": "array", "items": {**TOKEN_IDS, "minItems": 1}, "minItems": 1}]},
+    ("CompletionRequest", "logprobs"): INT_OR_NULL,
+    ("CompletionRequest", "prompt_logprobs"): INT_OR_NULL,
+    ("ChatCompletionRequest", "messages"): {"type": "array", "items": MESSAGE},
+    ("ChatCompletionRequest", "top_logprobs"): INT_OR_NULL,
+    ("ChatCompletionRequest", "prompt_logprobs"): INT_OR_NULL,
+    ("ChatCompletionRequest", "stream_options"): {
+        "anyOf": [{"$ref": REF.format(name="StreamOptions")}, {"type": "null"}]},
+    ("ChatCompletionRequest", "cache_salt"): {"anyOf": [{"type": "string"},
+                                                        {"type": "null"}]},
+    ("TokenizeRequest", "messages"): {"anyOf": [{"type": "array", "items": MESSAGE},
+                                                {"type": "null"}]},
+}
+# Fields without which the handler always answers 400 (the structs give them
+# a default to report that the way vLLM does; prompt_embeds is refused).
+REQUIRED = {"ChatCompletionRequest": ["messages"], "CompletionRequest": ["prompt"]}
+
+ERROR_RESPONSE = {
+    "type": "object",
+    "properties": {"error": {
+        "type": "object",
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                       "code": {"type": "integer"}},
+        "required": ["message", "type", "param", "code"]}},
+    "required": ["error"],
+}
+ERRORS = {  # status -> when
+    "400": "invalid request (OpenAI's error shape)",
+    "404": "unknown model",
+    "413": "body larger than --max-request-body-size",
+    "429": "over --max-concurrent-requests",
+    "500": "the engine failed",
+    "503": "no engine attached, or draining",
+}
+SUMMARIES = {
+    "/v1/completions": "Completions (batch prompts, n, streaming)",
+    "/v1/chat/completions": "Chat completions",
+    "/inference/v1/generate": "Tokens in, tokens out",
+    "/v1/models": "The served models",
+    "/health": "200 while serving, 503 without an engine or while draining",
+    "/version": "The engine's vLLM version",
+    "/tokenize": "Prompt or messages to token ids",
+    "/detokenize": "Token ids to text",
+    "/metrics": "Prometheus metrics",
+    "/debug/state": "Fan-out table size and engine work (--enable-debug-endpoints)",
+    "/openapi.json": "This description",
+}
+PATH = "/openapi.json"
+
+
+def describe(routes: list[Route]) -> dict[str, Any]:
+    """The OpenAPI document for ``routes``."""
+    bodies = [r.body for r in routes if r.body is not None]
+    refs, components = msgspec.json.schema_components(bodies, ref_template=REF)
+    for (struct, field), shape in FIELD_SHAPES.items():
+        properties = components[struct]["properties"]
+        default = properties[field].get("default", msgspec.UNSET)
+        properties[field] = shape if default is msgspec.UNSET else {**shape,
+                                                                      "default": default}
+    for struct, fields in REQUIRED.items():
+        components[struct]["required"] = sorted({*components[struct]["required"], *fields})
+    components["ErrorResponse"] = ERROR_RESPONSE
+    ref_of = {body: ref for body, ref in zip(bodies, refs)}
+    paths: dict[str, dict[str, Any]] = {}
+    for r in routes:
+        paths.setdefault(r.path, {})[r.method.lower()] = _operation(r, ref_of.get(r.body))
+    return {"openapi": "3.1.0",
+            "info": {"title": "vllm-frontend", "version": _version()},
+            "paths": paths,
+            "components": {"schemas": components}}
+
+
+def _operation(route: Route, body_ref: dict | None) -> dict[str, Any]:
+    json_body = {"application/json": {"schema": {"type": "object"}}}
+    responses: dict[str, Any] = {"200": {"description": "OK", "content": json_body}}
+    if route.count_choices is not None:
+        responses["200"]["content"] = {**json_body,
+                                       "text/event-stream": {"schema": {"type": "string"}}}
+    if route.path == "/health":
+        responses = {"200": {"description": "serving"},
+                     "503": {"description": "no engine attached, or draining"}}
+    elif route.path == "/metrics":
+        responses["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    error = {"application/json": {"schema": {"$ref": REF.format(name="ErrorResponse")}}}
+    if body_ref is not None:
+        wanted = ERRORS if route.count_choices is not None else {
+            k: ERRORS[k] for k in ("400", "404", "413", "503")}
+        for status, why in wanted.items():
+            responses[status] = {"description": why, "content": error}
+    op: dict[str, Any] = {"operationId": _operation_id(route),
+                          "summary": SUMMARIES.get(route.path, route.path),
+                          "responses": responses}
+    if body_ref is not None:
+        op["requestBody"] = {"required": True,
+                             "content": {"application/json": {"schema": body_ref}}}
+    return op
+
+
+def _operation_id(route: Route) -> str:
+    return route.method.lower() + route.path.replace("/", "_").replace(".", "_")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("vllm-frontend")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def route(routes: list[Route]) -> Route:
+    """GET /openapi.json, describing ``routes`` and itself; built on first use."""
+    cached: list[bytes] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        if not cached:
+            cached.append(msgspec.json.encode(describe([*routes, this])))
+        return web.Response(body=cached[0], content_type="application/json")
+
+    this = Route("GET", PATH, handle)
+    return this
