@@ -12,6 +12,7 @@ import tempfile
 from frontend.engine_client import derive_addresses
 from frontend.model import load_model_info
 from frontend.ops import flags, logs
+from frontend.ops.tracing import RequestTracer
 from frontend.server import Server, ServerConfig
 from frontend.state import ServingConfig
 
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
                                 served_names=args.served_model_name,
                                 chat_template_path=args.chat_template)
+        tracer = (RequestTracer(ops_config.otlp_traces_endpoint)
+                  if ops_config.otlp_traces_endpoint else None)
     except (ValueError, OSError) as e:
         print(f"frontend: {e}", file=sys.stderr)
         return 2
@@ -91,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         serving=ServingConfig(max_logprobs=args.max_logprobs,
                               force_include_usage=args.enable_force_include_usage,
                               max_stream_buffer=args.max_stream_buffer,
-                              enable_debug_endpoints=args.enable_debug_endpoints),
+                              enable_debug_endpoints=args.enable_debug_endpoints,
+                              trace_requests=tracer is not None),
         ops=ops_config)
     import uvloop
-    return uvloop.run(_run(Server(model, addresses, config)))
+    return uvloop.run(_run(Server(model, addresses, config, tracer)))
 
 
 async def _run(server: Server) -> int:

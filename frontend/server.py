@@ -26,7 +26,9 @@ from frontend.model import ModelInfo
 from frontend.openai.routes import Route, openai_routes
 from frontend.ops import admission, listeners, security, systemd
 from frontend.ops.flags import OpsConfig
-from frontend.ops.metrics import EngineMetrics, Metrics
+from frontend.ops.metrics import Metrics
+from frontend.ops.stats import EngineMetrics, compute_nans_in_logits
+from frontend.ops.tracing import RequestTracer
 from frontend.render import Renderer
 from frontend.state import AppState, ServingConfig
 from protocol.handshake import ReadyResponse
@@ -50,12 +52,17 @@ class ServerConfig:
 
 class Server:
     def __init__(self, model: ModelInfo, addresses: EngineAddresses,
-                 config: ServerConfig) -> None:
+                 config: ServerConfig, tracer: RequestTracer | None = None) -> None:
         self.config = config
         self.engine = EngineClient(addresses, on_outputs=self._on_outputs,
                                    on_dead=self._on_engine_dead, on_ready=self._on_ready,
                                    state_file=config.engine_state_file)
-        engine_metrics = None if config.ops.disable_log_stats else EngineMetrics()
+        engine_metrics = None
+        if not config.ops.disable_log_stats:
+            engine_metrics = EngineMetrics(
+                lambda: self.state.max_model_len, kv_cache_metrics=config.ops.kv_cache_metrics,
+                count_nans=compute_nans_in_logits())
+            engine_metrics.tracer = tracer
         self.table = Table(self.engine, model, self._model_limits, observer=engine_metrics)
         self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model))
         self.limits = admission.LimitsState(config.ops.max_concurrent_requests,

@@ -30,6 +30,7 @@ class ServingConfig:
     force_include_usage: bool = False
     max_stream_buffer: int = 1 << 20
     enable_debug_endpoints: bool = False
+    trace_requests: bool = False  # --otlp-traces-endpoint: trace headers go to the engine
 
 
 class EngineLink(Protocol):

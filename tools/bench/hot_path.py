@@ -37,7 +37,7 @@ from frontend.fanout import Group, Table  # noqa: E402
 from frontend.model import load_model_info  # noqa: E402
 from frontend.openai.completions import CompletionRequest, CompletionView  # noqa: E402
 from frontend.openai.sampling import build_sampling_params  # noqa: E402
-from frontend.ops.metrics import EngineMetrics  # noqa: E402
+from frontend.ops.stats import EngineMetrics  # noqa: E402
 from frontend.render import Renderer  # noqa: E402
 from frontend.state import AppState, ServingConfig  # noqa: E402
 from protocol import wire  # noqa: E402
@@ -86,7 +86,7 @@ def make_state(model, max_model_len: int = 4096, observer=None) -> AppState:
 
 
 def setup(model, prompts: list[str], streams: int, max_tokens: int):
-    state = make_state(model, observer=EngineMetrics())
+    state = make_state(model, observer=EngineMetrics(lambda: 4096))
     table = state.table
     sent = [0]
 
