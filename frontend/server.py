@@ -61,7 +61,8 @@ class Server:
         if not config.ops.disable_log_stats:
             engine_metrics = EngineMetrics(
                 lambda: self.state.max_model_len, kv_cache_metrics=config.ops.kv_cache_metrics,
-                count_nans=compute_nans_in_logits())
+                count_nans=compute_nans_in_logits(),
+                bucket_overrides=config.ops.custom_histogram_buckets)
             engine_metrics.tracer = tracer
         self.table = Table(self.engine, model, self._model_limits, observer=engine_metrics)
         self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model))

@@ -15,7 +15,7 @@ from frontend.fanout import Group
 from frontend.model import load_model_info
 from frontend.openai.completions import CompletionRequest
 from frontend.openai.sampling import build_sampling_params
-from frontend.ops.stats import EngineMetrics, request_token_buckets
+from frontend.ops.stats import EngineMetrics, check_bucket_overrides, request_token_buckets
 from frontend.ops.vllm_metrics import Exposition, cache_config_labels
 from protocol import wire
 from protocol.handshake import ReadyResponse
@@ -278,3 +278,28 @@ def test_inter_token_gaps_of_a_shared_step_equal_one_by_one(model):
     assert itl.sum == pytest.approx(2 * 0.5 + 2 * 0.75 + 1.25 + 3 * 0.25)
     assert [n for n in itl.counts if n] == [3, 2, 2, 1]  # 0.25 x3, 0.5 x2, 0.75 x2, 1.25
 
+
+
+def test_custom_histogram_buckets_replace_a_familys_bounds(model):
+    h = Harness(model)
+    h.metrics = EngineMetrics(lambda: MAX_MODEL_LEN, bucket_overrides=check_bucket_overrides(
+        {"request_latency": [0.01, 0.5, 2], "request_tokens": [4, 8]}))
+    f = h.families()
+    assert f["vllm:e2e_request_latency_seconds"].bounds == ("0.01", "0.5", "2.0", "+Inf")
+    assert f["vllm:request_queue_time_seconds"].bounds == ("0.01", "0.5", "2.0", "+Inf")
+    assert f["vllm:request_prompt_tokens"].bounds == ("4.0", "8.0", "+Inf")
+    assert f["vllm:time_to_first_token_seconds"].bounds[0] == "0.001"  # not overridden
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"request_lat": [1]}, "unknown bucket family 'request_lat'"),
+    ({"request_latency": []}, "must not be empty"),
+    ({"request_latency": [0, 1]}, "bound 0 must be finite and greater than 0"),
+    ({"request_latency": [1, float("inf")]}, "bound inf must be finite"),
+    ({"request_latency": [True]}, "must be a number, not a boolean"),
+    ({"request_latency": [2, 1]}, "must be strictly increasing"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_custom_histogram_buckets_are_checked_as_vllm_does(value, message):
+    with pytest.raises(ValueError, match=message):
+        check_bucket_overrides(value)

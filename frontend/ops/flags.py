@@ -10,6 +10,7 @@ import ssl
 from dataclasses import dataclass, field
 
 from frontend.ops import security
+from frontend.ops.stats import BUCKET_FAMILIES, check_bucket_overrides
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
@@ -32,6 +33,7 @@ class OpsConfig:
     timeout_keep_alive: float = 5.0
     disable_log_stats: bool = False
     kv_cache_metrics: bool = False
+    custom_histogram_buckets: dict[str, list[float]] | None = None
     otlp_traces_endpoint: str | None = None
 
 
@@ -49,6 +51,15 @@ def _json_list(text: str) -> list[str]:
             raise argparse.ArgumentTypeError("expected a JSON list of strings")
         return value
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _histogram_buckets(text: str) -> dict[str, list[float]]:
+    try:
+        return check_bucket_overrides(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -112,6 +123,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-cache-metrics", action="store_true",
                    help="export vLLM's KV-cache residency histograms "
                         "(vllm:kv_block_*_seconds); the engine needs --kv-cache-metrics too")
+    g.add_argument("--custom-histogram-buckets", type=_histogram_buckets, default=None,
+                   metavar="JSON",
+                   help="vLLM's bucket families' bounds, e.g. "
+                        "'{\"request_latency\": [0.01, 0.05, 0.1, 0.5]}' (families: "
+                        + ", ".join(sorted(BUCKET_FAMILIES)) + ")")
     g.add_argument("--otlp-traces-endpoint", default=None, metavar="URL",
                    help="send one OpenTelemetry span per engine request to this OTLP "
                         "endpoint (gRPC; $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf "
@@ -135,6 +151,7 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         ssl_ca_certs=args.ssl_ca_certs, ssl_cert_reqs=args.ssl_cert_reqs,
         ssl_ciphers=args.ssl_ciphers, timeout_keep_alive=args.timeout_keep_alive,
         disable_log_stats=args.disable_log_stats, kv_cache_metrics=args.kv_cache_metrics,
+        custom_histogram_buckets=args.custom_histogram_buckets,
         otlp_traces_endpoint=args.otlp_traces_endpoint or None)
 
 

@@ -42,6 +42,18 @@ REQUEST_PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 REQUEST_NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 KV_CACHE_RESIDENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5,
                               10, 20, 30, 60, 120, 300, 600, 1200, 1800)
+# vLLM's bucket families (--custom-histogram-buckets keys); "request_tokens"
+# depends on max_model_len.
+BUCKET_FAMILIES = {
+    "request_latency": REQUEST_LATENCY_BUCKETS,
+    "time_to_first_token": TIME_TO_FIRST_TOKEN_BUCKETS,
+    "inter_token_latency": INTER_TOKEN_LATENCY_BUCKETS,
+    "iteration_tokens": ITERATION_TOKENS_BUCKETS,
+    "request_params_n": REQUEST_PARAMS_N_BUCKETS,
+    "request_num_preemptions": REQUEST_NUM_PREEMPTIONS_BUCKETS,
+    "kv_cache_residency": KV_CACHE_RESIDENCY_BUCKETS,
+    "request_tokens": None,
+}
 
 FINISH_NAMES = wire.FINISH_REASON_NAMES
 # vllm/v1/metrics/cache_hit_source.py, in its order.
@@ -60,6 +72,31 @@ def request_token_buckets(max_model_len: int) -> list[int]:
                 return bounds
             bounds.append(value)
         exponent += 1
+
+
+def check_bucket_overrides(value: object) -> dict[str, list[float]]:
+    """``--custom-histogram-buckets``, checked as vLLM checks it (its messages)."""
+    if not isinstance(value, dict):
+        raise ValueError("custom_histogram_buckets: expected a JSON object mapping a "
+                         "bucket family to a list of bounds")
+    for family, bounds in value.items():
+        if family not in BUCKET_FAMILIES:
+            raise ValueError(f"custom_histogram_buckets: unknown bucket family {family!r}; "
+                             f"known families: {sorted(BUCKET_FAMILIES)}")
+        if not isinstance(bounds, list) or not bounds:
+            raise ValueError(f"custom_histogram_buckets[{family!r}]: bucket list must not "
+                             "be empty")
+        for bound in bounds:
+            if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+                raise ValueError(f"custom_histogram_buckets[{family!r}]: bound {bound!r} "
+                                 "must be a number, not a boolean")
+            if not math.isfinite(bound) or bound <= 0:
+                raise ValueError(f"custom_histogram_buckets[{family!r}]: bound {bound!r} "
+                                 "must be finite and greater than 0")
+        if any(a >= b for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"custom_histogram_buckets[{family!r}]: bounds {bounds} must "
+                             "be strictly increasing")
+    return value
 
 
 def compute_nans_in_logits() -> bool:
@@ -142,7 +179,8 @@ class SpecDecodeCounts:
 class EngineStats:
     """One engine's counters, histograms and last scheduler state."""
 
-    def __init__(self, request_tokens: list[int], kv_cache_metrics: bool) -> None:
+    def __init__(self, buckets: dict[str, list[float]], kv_cache_metrics: bool) -> None:
+        """``buckets``: every bucket family's bounds (vLLM's keys)."""
         # Gauges: the last scheduler_stats.
         self.running = 0
         self.waiting = 0  # for capacity
@@ -166,25 +204,27 @@ class EngineStats:
         self.flops = self.read_bytes = self.write_bytes = 0
         self.spec: SpecDecodeCounts | None = None
         # Histograms.
-        self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
-        self.ttft = Histogram(TIME_TO_FIRST_TOKEN_BUCKETS)
-        self.itl = Histogram(INTER_TOKEN_LATENCY_BUCKETS)
-        self.time_per_output_token = Histogram(INTER_TOKEN_LATENCY_BUCKETS)
-        self.e2e = Histogram(REQUEST_LATENCY_BUCKETS)
-        self.queue_time = Histogram(REQUEST_LATENCY_BUCKETS)
-        self.inference_time = Histogram(REQUEST_LATENCY_BUCKETS)
-        self.prefill_time = Histogram(REQUEST_LATENCY_BUCKETS)
-        self.decode_time = Histogram(REQUEST_LATENCY_BUCKETS)
-        self.num_preemptions = Histogram(REQUEST_NUM_PREEMPTIONS_BUCKETS)
-        self.prompt_len = Histogram(request_tokens)
-        self.generation_len = Histogram(request_tokens)
-        self.max_generation_len = Histogram(request_tokens)
-        self.params_n = Histogram(REQUEST_PARAMS_N_BUCKETS)
-        self.params_max_tokens = Histogram(request_tokens)
-        self.prefill_kv_computed = Histogram(request_tokens)
+        latency, tokens = buckets["request_latency"], buckets["request_tokens"]
+        self.iteration_tokens = Histogram(buckets["iteration_tokens"])
+        self.ttft = Histogram(buckets["time_to_first_token"])
+        self.itl = Histogram(buckets["inter_token_latency"])
+        self.time_per_output_token = Histogram(buckets["inter_token_latency"])
+        self.e2e = Histogram(latency)
+        self.queue_time = Histogram(latency)
+        self.inference_time = Histogram(latency)
+        self.prefill_time = Histogram(latency)
+        self.decode_time = Histogram(latency)
+        self.num_preemptions = Histogram(buckets["request_num_preemptions"])
+        self.prompt_len = Histogram(tokens)
+        self.generation_len = Histogram(tokens)
+        self.max_generation_len = Histogram(tokens)
+        self.params_n = Histogram(buckets["request_params_n"])
+        self.params_max_tokens = Histogram(tokens)
+        self.prefill_kv_computed = Histogram(tokens)
+        residency = buckets["kv_cache_residency"]
         self.kv_residency: tuple[Histogram, Histogram, Histogram] | None = (
-            (Histogram(KV_CACHE_RESIDENCY_BUCKETS), Histogram(KV_CACHE_RESIDENCY_BUCKETS),
-             Histogram(KV_CACHE_RESIDENCY_BUCKETS)) if kv_cache_metrics else None)
+            (Histogram(residency), Histogram(residency), Histogram(residency))
+            if kv_cache_metrics else None)
         # The engine timestamp of this engine's previous message with outputs.
         self.prev_ts: float = math.nan
 
@@ -342,9 +382,11 @@ class EngineMetrics:
     """
 
     def __init__(self, max_model_len: Callable[[], int], *, kv_cache_metrics: bool = False,
-                 count_nans: bool = False) -> None:
+                 count_nans: bool = False,
+                 bucket_overrides: dict[str, list[float]] | None = None) -> None:
         self._max_model_len = max_model_len
-        self._request_tokens: list[int] | None = None
+        self._bucket_overrides = bucket_overrides or {}
+        self._buckets: dict[str, list[float]] | None = None
         self.kv_cache_metrics = kv_cache_metrics
         self.count_nans = count_nans  # VLLM_COMPUTE_NANS_IN_LOGITS, as in vLLM
         self.engines: dict[int, EngineStats] = {}
@@ -363,10 +405,11 @@ class EngineMetrics:
         then: request-token buckets need its max_model_len)."""
         stats = self.engines.get(index)
         if stats is None:
-            if self._request_tokens is None:
-                self._request_tokens = request_token_buckets(self._max_model_len())
-            stats = self.engines[index] = EngineStats(self._request_tokens,
-                                                      self.kv_cache_metrics)
+            if self._buckets is None:
+                defaults = {**BUCKET_FAMILIES,
+                            "request_tokens": request_token_buckets(self._max_model_len())}
+                self._buckets = {**defaults, **self._bucket_overrides}
+            stats = self.engines[index] = EngineStats(self._buckets, self.kv_cache_metrics)
         return stats
 
     # -------------------------------------------------------- table hooks
