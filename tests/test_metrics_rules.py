@@ -25,6 +25,19 @@ from tools.bench import hot_path
 QUEUED, SCHEDULED, PREEMPTED = 1, 2, 3
 LENGTH, STOP, ERROR = wire.FinishReason.LENGTH, wire.FinishReason.STOP, wire.FinishReason.ERROR
 MAX_MODEL_LEN = 1024
+# A step's SchedulerStats map that counted nothing, in vLLM's field order.
+QUIET_STATS = {
+    "num_running_reqs": 0, "num_waiting_reqs": 0, "num_skipped_waiting_reqs": 0,
+    "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 0, "in_progress": 0,
+                                   "completed_waiting": 0},
+    "step_counter": 0, "current_wave": 0, "kv_cache_usage": 0.0, "iteration_details": None,
+    "prefix_cache_stats": {"reset": False, "requests": 0, "queries": 0, "hits": 0,
+                           "preempted_requests": 0, "preempted_queries": 0,
+                           "preempted_hits": 0, "hits_by_source": {}},
+    "connector_prefix_cache_stats": None, "kv_cache_eviction_events": [],
+    "spec_decoding_stats": None, "kv_connector_stats": None, "ec_connector_stats": None,
+    "waiting_lora_adapters": {}, "running_lora_adapters": {}, "cudagraph_stats": None,
+    "perf_stats": None}
 
 
 @pytest.fixture(scope="module")
@@ -229,12 +242,16 @@ def test_scheduler_stats_gauges_and_counters(model):
     assert value(f, "vllm:estimated_flops_per_gpu", "_total", **e) == 2000
     # Messages with stats only are no engine step for iteration_tokens.
     assert value(f, "vllm:iteration_tokens_total", "_count", **e) == 0
-    h.step(3.0, stats={**base, "num_running_reqs": 0, "num_waiting_reqs": 4,
+    # A step that counted nothing (vLLM's full map, as the mock sends it)
+    # moves the gauges only.
+    h.step(3.0, stats={**QUIET_STATS, "num_running_reqs": 0, "num_waiting_reqs": 4,
                        "num_skipped_waiting_reqs": 3})
     f = h.families()
     assert value(f, "vllm:num_requests_waiting", **e) == 7
     assert value(f, "vllm:num_requests_waiting_by_reason", reason="capacity", **e) == 4
     assert value(f, "vllm:num_requests_waiting_by_reason", reason="deferred", **e) == 3
+    assert value(f, "vllm:prefix_cache_queries", "_total", **e) == 600
+    assert value(f, "vllm:spec_decode_num_drafts", "_total", **e) == 4
 
 
 def test_every_engine_has_its_own_children(model):

@@ -1461,6 +1461,22 @@ def test_vllm_scheduler_stats_decode_with_the_metrics_decoder():
             spec.num_accepted_tokens, spec.num_accepted_tokens_per_pos) == (2, 3, 6, 4, [3, 1])
     assert (ours.perf_stats.num_flops_per_gpu, ours.perf_stats.num_read_bytes_per_gpu,
             ours.perf_stats.num_write_bytes_per_gpu) == (10**15, 7, 9)
+    assert not bytes(step.scheduler_stats).endswith(wire.NOTHING_COUNTED)
+    # A step that counted nothing is told by its bytes, not decoded; anything
+    # counted in it makes it decoded.
+    quiet = SchedulerStats(num_running_reqs=70, num_waiting_reqs=300, kv_cache_usage=0.5,
+                           prefix_cache_stats=PrefixCacheStats())
+    for stats, nothing in (
+            (quiet, True),
+            (dataclasses.replace(quiet, prefix_cache_stats=PrefixCacheStats(queries=1)), False),
+            (dataclasses.replace(quiet, prefix_cache_stats=PrefixCacheStats(reset=True)), False),
+            (dataclasses.replace(quiet, connector_prefix_cache_stats=PrefixCacheStats()), False),
+            (dataclasses.replace(quiet, spec_decoding_stats=SpecDecodingStats(2)), False),
+            (dataclasses.replace(quiet, perf_stats=PerfStats()), False),
+            (dataclasses.replace(quiet, kv_cache_eviction_events=[
+                KVCacheEvictionEvent(1.0, 1.0, ())]), False)):
+        step = wire.decode_step(vllm_encode(VOutputs(scheduler_stats=stats, timestamp=1.0)))
+        assert bytes(step.scheduler_stats).endswith(wire.NOTHING_COUNTED) is nothing, stats
     # An engine with --disable-log-stats sends none.
     step = wire.decode_step(vllm_encode(VOutputs(timestamp=1.0)))
     assert not wire.has_scheduler_stats(step)

@@ -21,6 +21,8 @@ import time
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Callable, Iterable
 
+import msgspec
+
 from protocol import wire
 from protocol.errors import ProtocolError
 
@@ -60,6 +62,9 @@ FINISH_NAMES = wire.FINISH_REASON_NAMES
 CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 # EngineCoreEventType
 QUEUED, SCHEDULED, PREEMPTED = 1, 2, 3
+# The gauges before the engine's first stats (or with --disable-log-stats on it).
+NO_STATS = wire.SchedulerStats()
+NOTHING_COUNTED = wire.NOTHING_COUNTED
 
 
 def request_token_buckets(max_model_len: int) -> list[int]:
@@ -181,11 +186,8 @@ class EngineStats:
 
     def __init__(self, buckets: dict[str, list[float]], kv_cache_metrics: bool) -> None:
         """``buckets``: every bucket family's bounds (vLLM's keys)."""
-        # Gauges: the last scheduler_stats.
-        self.running = 0
-        self.waiting = 0  # for capacity
-        self.deferred = 0  # vLLM's "skipped" waiting requests
-        self.kv_cache_usage = 0.0
+        # The gauges' source: the engine's last scheduler_stats, still msgpack.
+        self.last_stats: msgspec.Raw | None = None
         # Counters.
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
@@ -228,13 +230,19 @@ class EngineStats:
         # The engine timestamp of this engine's previous message with outputs.
         self.prev_ts: float = math.nan
 
+    @property
+    def gauges(self) -> wire.SchedulerStats:
+        """The engine's last scheduler state (decoded when /metrics reads it)."""
+        try:
+            ss = wire.decode_scheduler_stats(self.last_stats or msgspec.Raw())
+        except ProtocolError:
+            ss = None  # logged when it came (EngineMetrics.on_step)
+        return ss or NO_STATS
+
     # ------------------------------------------------------------ per message
-    def scheduler_stats(self, ss: wire.SchedulerStats) -> None:
-        """vLLM's ``PrometheusStatLogger.record`` for a message's stats."""
-        self.running = ss.num_running_reqs
-        self.waiting = ss.num_waiting_reqs
-        self.deferred = ss.num_skipped_waiting_reqs
-        self.kv_cache_usage = ss.kv_cache_usage
+    def count(self, ss: wire.SchedulerStats) -> None:
+        """The counters of vLLM's ``PrometheusStatLogger.record`` for a
+        message's stats."""
         prefix = ss.prefix_cache_stats
         if prefix is not None:
             self.prefix_cache_queries += prefix.queries
@@ -395,9 +403,8 @@ class EngineMetrics:
         self.tracer = None
         # engine request id -> its stats, from submit until it finishes or is released.
         self._requests: dict[str, RequestStats] = {}
-        # The message being routed: its engine, and when it was taken up here.
+        # The engine of the message being routed.
         self._engine: EngineStats | None = None
-        self._now = 0.0
         self._bad_stats_logged = False
 
     def engine(self, index: int) -> EngineStats:
@@ -432,13 +439,15 @@ class EngineMetrics:
     def on_step(self, outs: wire.StepOutputs) -> None:
         es = self.engines.get(outs.engine_index) or self.engine(outs.engine_index)
         self._engine = es
-        if wire.has_scheduler_stats(outs):
-            self._scheduler_stats(es, outs.scheduler_stats)
+        raw = outs.scheduler_stats
+        if len(raw) > 1:  # present (nil is one byte)
+            es.last_stats = raw  # the gauges, read at scrape time
+            if not bytes(raw).endswith(NOTHING_COUNTED):  # (most steps count nothing)
+                self._count(es, raw)
         outputs = outs.outputs
         if not outputs:
             return
-        now = self._now = time.monotonic()
-        ts = outs.timestamp or now
+        ts = outs.timestamp or time.monotonic()
         requests = self._requests
         prev = es.prev_ts
         same = generated = computed = 0
@@ -459,16 +468,23 @@ class EngineMetrics:
                 ps = out.prefill_stats
                 if ps is not None:
                     computed += es.prefill(ps)
-                rec.ttft = now - rec.arrival
+                rec.ttft = time.monotonic() - rec.arrival
                 es.ttft.observe(rec.ttft)
                 rec.first_ts = ts
             else:
                 es.itl.observe(ts - last)
             rec.last_ts = ts
+        # Histogram.observe, in line (once per message).
         if same:
-            es.itl.observe(ts - prev, same)
+            gap = ts - prev
+            h = es.itl
+            h.counts[bisect_left(h.bounds, gap)] += same
+            h.sum += gap * same
         es.generation_tokens += generated
-        es.iteration_tokens.observe(computed + generated)
+        step_tokens = computed + generated
+        h = es.iteration_tokens
+        h.counts[bisect_left(h.bounds, step_tokens)] += 1
+        h.sum += step_tokens
         es.prev_ts = ts
         if self.count_nans:
             for out in outputs:
@@ -477,7 +493,7 @@ class EngineMetrics:
                     if rec is not None:
                         rec.corrupted = True
 
-    def _scheduler_stats(self, es: EngineStats, raw) -> None:
+    def _count(self, es: EngineStats, raw: msgspec.Raw) -> None:
         try:
             ss = wire.decode_scheduler_stats(raw)
         except ProtocolError as e:
@@ -486,16 +502,17 @@ class EngineMetrics:
                 log.error("ignoring the engine's scheduler stats: %s", e)
             return
         if ss is not None:
-            es.scheduler_stats(ss)
+            es.count(ss)
 
     def on_choice_finished(self, choice: "Choice") -> None:
         rec = self._requests.pop(choice.engine_id, None)
         if rec is None or self._engine is None:
             return
-        self._engine.finished(rec, choice, self._now)
+        now = time.monotonic()
+        self._engine.finished(rec, choice, now)
         if self.tracer is not None:
             try:
-                self.tracer.finished(choice, rec, self._now)
+                self.tracer.finished(choice, rec, now)
             except Exception:  # tracing must never stop the engine reader
                 log.exception("tracing %s failed", choice.engine_id)
 

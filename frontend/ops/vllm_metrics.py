@@ -77,11 +77,11 @@ class Exposition:
         self.created = created
 
     # ------------------------------------------------------------ helpers
-    def gauge(self, name: str, doc: str, value: Callable[[EngineStats], float],
-              extra: tuple[str, ...] = (), values: tuple[str, ...] = ()) -> Metric:
-        g = GaugeMetricFamily(name, doc, labels=[*LABELS, *extra])
-        for label, es in self.engines:
-            g.add_metric([self.model_name, label, *values], value(es))
+    def gauge(self, name: str, doc: str, value: Callable[[str], float]) -> Metric:
+        """One child per engine; ``value`` gets the engine's label."""
+        g = GaugeMetricFamily(name, doc, labels=LABELS)
+        for label, _ in self.engines:
+            g.add_metric([self.model_name, label], value(label))
         return g
 
     def counter(self, name: str, doc: str, value: Callable[[EngineStats], float]) -> Metric:
@@ -130,22 +130,25 @@ class Exposition:
                            "(for Model Flops Utilization calculations).",
                            lambda es: es.write_bytes)
         yield from self.spec_decode()
+        gauges = {label: es.gauges for label, es in self.engines}
         yield self.gauge("vllm:num_requests_running",
                          "Number of requests in model execution batches.",
-                         lambda es: es.running)
+                         lambda label: gauges[label].num_running_reqs)
         yield self.gauge("vllm:num_requests_waiting",
                          "Number of requests waiting to be processed.",
-                         lambda es: es.waiting + es.deferred)
+                         lambda label: gauges[label].num_waiting_reqs
+                         + gauges[label].num_skipped_waiting_reqs)
         g = GaugeMetricFamily(
             "vllm:num_requests_waiting_by_reason",
             "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
             "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA "
             "budget, KV transfer, blocked status). Sum of all reasons equals "
             "vllm:num_requests_waiting.", labels=[*LABELS, "reason"])
-        for label, es in self.engines:
-            g.add_metric([self.model_name, label, "capacity"], es.waiting)
-        for label, es in self.engines:
-            g.add_metric([self.model_name, label, "deferred"], es.deferred)
+        for label, _ in self.engines:
+            g.add_metric([self.model_name, label, "capacity"], gauges[label].num_waiting_reqs)
+        for label, _ in self.engines:
+            g.add_metric([self.model_name, label, "deferred"],
+                         gauges[label].num_skipped_waiting_reqs)
         yield g
         g = GaugeMetricFamily(
             "vllm:engine_sleep_state",
@@ -158,7 +161,7 @@ class Exposition:
                 g.add_metric([self.model_name, label, state], 1 if state == "awake" else 0)
         yield g
         yield self.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent "
-                         "usage.", lambda es: es.kv_cache_usage)
+                         "usage.", lambda label: gauges[label].kv_cache_usage)
         if count_nans:
             yield self.counter("vllm:corrupted_requests", "Corrupted requests, in terms of "
                                "total number of requests with NaNs in logits.",

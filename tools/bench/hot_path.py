@@ -51,7 +51,7 @@ SCHEDULER_STATS = {  # the shape the engine sends on every step
     "kv_cache_usage": 0.25, "iteration_details": None,
     "prefix_cache_stats": {"reset": False, "requests": 0, "queries": 0, "hits": 0,
                            "preempted_requests": 0, "preempted_queries": 0,
-                           "preempted_hits": 0},
+                           "preempted_hits": 0, "hits_by_source": {}},
     "connector_prefix_cache_stats": None, "kv_cache_eviction_events": [],
     "spec_decoding_stats": None, "kv_connector_stats": None, "ec_connector_stats": None,
     "waiting_lora_adapters": {}, "running_lora_adapters": {}, "cudagraph_stats": None,
