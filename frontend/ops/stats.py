@@ -128,9 +128,9 @@ class Histogram:
         self.counts = [0] * (len(self.bounds) + 1)  # the last one is +Inf
         self.sum = 0.0
 
-    def observe(self, value: float, count: int = 1) -> None:
-        self.counts[bisect_left(self.bounds, value)] += count
-        self.sum += value * count
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
 
     @property
     def count(self) -> int:
@@ -236,7 +236,7 @@ class EngineStats:
         try:
             ss = wire.decode_scheduler_stats(self.last_stats or msgspec.Raw())
         except ProtocolError:
-            ss = None  # logged when it came (EngineMetrics.on_step)
+            ss = None  # logged when it came, if it counted anything
         return ss or NO_STATS
 
     # ------------------------------------------------------------ per message
