@@ -14,6 +14,7 @@ from frontend.engine_client import derive_addresses
 from frontend.lora import parse_lora_modules
 from frontend.model import load_model_info
 from frontend.ops import flags, logs
+from frontend.ops.tracing import RequestTracer
 from frontend.routing import POLICIES
 from frontend.server import Server, ServerConfig
 from frontend.state import ServingConfig
@@ -117,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.api_server_count > 1:
         from frontend.supervisor import Supervisor
         return Supervisor(argv, args, addresses, config.shutdown_timeout, worker_main).run()
-    import uvloop
-    return uvloop.run(_run(Server(model, addresses, config)))
+    return serve(model, addresses, config)
 
 
 def prepare(args: argparse.Namespace):
@@ -164,10 +164,23 @@ def prepare(args: argparse.Namespace):
                               force_include_usage=args.enable_force_include_usage,
                               max_stream_buffer=args.max_stream_buffer,
                               enable_debug_endpoints=args.enable_debug_endpoints,
-                              runtime_lora_updating=runtime_lora_updating()),
+                              runtime_lora_updating=runtime_lora_updating(),
+                              trace_requests=bool(ops_config.otlp_traces_endpoint)),
         ops=ops_config, lora_modules=lora_modules,
         require_lora=args.enable_lora or bool(lora_modules))
     return model, addresses, config
+
+
+def serve(model, addresses, config: ServerConfig) -> int:
+    """Run one frontend process until it stops; its exit status."""
+    endpoint = config.ops.otlp_traces_endpoint
+    try:
+        tracer = RequestTracer(endpoint) if endpoint else None
+    except ValueError as e:
+        print(f"frontend: {e}", file=sys.stderr)
+        return 2
+    import uvloop
+    return uvloop.run(_run(Server(model, addresses, config, tracer)))
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -180,8 +193,7 @@ def worker_main(spec: WorkerSpec) -> None:
         config, client_index=spec.index, shared=spec.shared,
         handoff=spec.handoff,
         engine_state_file=f"{state_file}.w{spec.index}" if state_file else None)
-    import uvloop
-    sys.exit(uvloop.run(_run(Server(model, addresses, config))))
+    sys.exit(serve(model, addresses, config))
 
 
 async def _run(server: Server) -> int:

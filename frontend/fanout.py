@@ -57,7 +57,9 @@ class Engine(Protocol):
 
 
 class TableObserver(Protocol):
-    """Told about every request's life, once per engine step at most (metrics)."""
+    """Told about every request's life, once per engine step at most (metrics):
+    ``on_step`` before the step's outputs are routed, ``on_choice_finished``
+    while they are (an engine ERROR included)."""
 
     def on_submit(self, group: "Group") -> None: ...
 
@@ -122,7 +124,7 @@ class Choice:
 
     __slots__ = ("group", "index", "prompt_index", "engine_id", "engine_index",
                  "prompt_token_ids", "params", "detok", "logprobs", "finish_reason",
-                 "stop_reason", "finished", "num_cached_tokens",
+                 "stop_reason", "finished", "num_cached_tokens", "num_dropped",
                  "weight_version", "weight_starts", "sent_tokens", "open_delta")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
@@ -141,6 +143,8 @@ class Choice:
         self.stop_reason: int | str | None = None
         self.finished = False
         self.num_cached_tokens = 0
+        # Tokens of the finishing step past a matched stop string (metrics count them).
+        self.num_dropped = 0
         # Where each weight version took over: (version, first output position).
         self.weight_version: str | None = None
         self.weight_starts: list[tuple[str, int]] = []
@@ -170,13 +174,17 @@ class Choice:
 class Group:
     """One client request: its choices, and what its handler is waiting for."""
 
-    def __init__(self, request_id: str, stream: bool, max_pending: int = 1 << 20) -> None:
+    def __init__(self, request_id: str, stream: bool, max_pending: int = 1 << 20,
+                 arrival: float | None = None) -> None:
         self.request_id = request_id
         self.stream = stream
         self.choices: list[Choice] = []
         self.lora: LoRARequest | None = None  # the adapter every choice runs with
         self.created = time.time()
-        self.arrival = time.monotonic()
+        # time.monotonic() when the request was taken up (before tokenization).
+        self.arrival = time.monotonic() if arrival is None else arrival
+        # W3C trace context headers for the engine (only with request tracing).
+        self.trace_headers: dict[str, str] | None = None
         self.pending: list[Delta] = []
         self.max_pending = max_pending  # bytes of stream output a slow client may hold up
         self.num_unfinished = 0
@@ -296,6 +304,7 @@ class Table:
             wire.encode_add(wire.EngineCoreRequest(
                 c.engine_id, c.prompt_token_ids, None, c.params, None, arrival, group.lora,
                 cache_salt, None, client_index=self.client_index, priority=priority,
+                trace_headers=group.trace_headers,
                 external_req_id=group.request_id), limits)
             for c in group.choices
         ]
@@ -342,6 +351,8 @@ class Table:
         entries = self.entries
         observer = self.observer
         for outs in batch:
+            if observer:
+                observer.on_step(outs)
             for out in outs.outputs:
                 choice = entries.get(out.request_id)
                 if choice is None:
@@ -351,8 +362,6 @@ class Table:
                 self._apply(choice, out, outs.weight_version)
                 if group.stream or group.done:  # non-streaming handlers wait for the end
                     touched[id(group)] = group
-            if observer:
-                observer.on_step(outs)
             if len(outs.scheduler_stats) > 1:
                 self.router.on_stats(outs.engine_index, outs.scheduler_stats)
         for group in touched.values():
@@ -378,7 +387,10 @@ class Table:
         finish = out.finish_reason
         if finish == FINISH_ERROR:
             choice.finished = True  # the engine has freed it: never abort it
+            choice.finish_reason = FINISH_NAMES[finish]
             self._drop(choice)
+            if self.observer:
+                self.observer.on_choice_finished(choice)
             self._fail_group(group, internal_error())
             return
         if out.prefill_stats:  # the first output of a request
@@ -389,6 +401,7 @@ class Table:
         matched = choice.detok.update(new_ids, finish == FINISH_STOP)
         if matched is not None:
             new_ids = new_ids[:len(choice.detok.token_ids) - num_prev]
+            choice.num_dropped = len(out.new_token_ids) - len(new_ids)
             if finish is None:  # the engine knows no stop strings
                 self._abort(choice.engine_index, [choice.engine_id])
             finish, stop_reason = FINISH_STOP, matched

@@ -31,7 +31,9 @@ from frontend.openai import openapi
 from frontend.openai.routes import Route, openai_routes
 from frontend.ops import admission, listeners, security, systemd
 from frontend.ops.flags import OpsConfig
-from frontend.ops.metrics import EngineMetrics, Metrics
+from frontend.ops.metrics import Metrics
+from frontend.ops.stats import EngineMetrics, compute_nans_in_logits
+from frontend.ops.tracing import RequestTracer
 from frontend.render import Renderer
 from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
@@ -70,7 +72,7 @@ class ServerConfig:
 
 class Server:
     def __init__(self, model: ModelInfo, addresses: EngineAddresses,
-                 config: ServerConfig) -> None:
+                 config: ServerConfig, tracer: RequestTracer | None = None) -> None:
         self.config = config
         self.notifier = systemd.Notifier.from_env()
         dp, client = config.data_parallel_size, config.client_index
@@ -85,7 +87,13 @@ class Server:
             on_rank_lost=self._on_rank_lost, on_rank_attached=self._on_rank_attached,
             in_flight=self._in_flight, stall_timeout=config.engine_stall_timeout,
             state_file=config.engine_state_file)
-        engine_metrics = None if config.ops.disable_log_stats else EngineMetrics()
+        engine_metrics = None
+        if not config.ops.disable_log_stats:
+            engine_metrics = EngineMetrics(
+                lambda: self.state.max_model_len, kv_cache_metrics=config.ops.kv_cache_metrics,
+                count_nans=compute_nans_in_logits(),
+                bucket_overrides=config.ops.custom_histogram_buckets)
+            engine_metrics.tracer = tracer
         self.table = Table(self.engine, model, self._model_limits, self.router,
                            observer=engine_metrics, client_index=client,
                            num_clients=config.num_clients)

@@ -34,6 +34,7 @@ class ServingConfig:
     enable_debug_endpoints: bool = False
     # VLLM_ALLOW_RUNTIME_LORA_UPDATING: serve /v1/load_lora_adapter and unload.
     runtime_lora_updating: bool = False
+    trace_requests: bool = False  # --otlp-traces-endpoint: trace headers go to the engine
 
 
 class EngineLink(Protocol):

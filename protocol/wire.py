@@ -130,8 +130,9 @@ class StepOutputs(EngineCoreOutputs):
     """EngineCoreOutputs as the frontend's hot path reads it.
 
     ``scheduler_stats`` (a ~500-byte map on every step unless the engine runs
-    with --disable-log-stats) stays undecoded msgpack: only /metrics reads
-    it, via :func:`scheduler_stats`. Empty or ``b"\\xc0"`` (nil) means none.
+    with --disable-log-stats) stays undecoded msgpack: only the metrics
+    observer decodes it, the fields it reads, via
+    :func:`decode_scheduler_stats`. Empty or ``b"\\xc0"`` (nil) means none.
     """
 
     scheduler_stats: msgspec.Raw = msgspec.Raw()
@@ -145,9 +146,79 @@ def has_scheduler_stats(outs: StepOutputs) -> bool:
     return len(raw) > 1 or (len(raw) == 1 and bytes(raw) != _NIL)
 
 
-def scheduler_stats(raw: msgspec.Raw) -> dict[str, Any] | None:
-    """Decode the stats a :class:`StepOutputs` kept raw."""
-    return msgspec.msgpack.decode(raw) if len(raw) else None
+class CacheStats(msgspec.Struct, gc=False):
+    """One step's ``PrefixCacheStats`` (a dataclass: a map on the wire)."""
+
+    queries: int = 0
+    hits: int = 0
+    hits_by_source: dict[str, int] = {}
+
+
+class SpecDecodingStats(msgspec.Struct, gc=False):
+    num_spec_tokens: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = []
+
+
+class PerfStats(msgspec.Struct, gc=False):
+    num_flops_per_gpu: int | float = 0
+    num_read_bytes_per_gpu: int | float = 0
+    num_write_bytes_per_gpu: int | float = 0
+
+
+class KVCacheEvictionEvent(msgspec.Struct, gc=False):
+    lifetime_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    reuse_gaps_seconds: list[float] = []
+
+
+class SchedulerStats(msgspec.Struct, gc=False):
+    """The fields of vLLM's ``SchedulerStats`` map that metrics read; the
+    decoder skips the others."""
+
+    num_running_reqs: int = 0
+    num_waiting_reqs: int = 0
+    num_skipped_waiting_reqs: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_stats: CacheStats | None = None
+    connector_prefix_cache_stats: CacheStats | None = None
+    kv_cache_eviction_events: list[KVCacheEvictionEvent] = []
+    spec_decoding_stats: SpecDecodingStats | None = None
+    perf_stats: PerfStats | None = None
+
+
+_scheduler_stats_decoder = msgspec.msgpack.Decoder(SchedulerStats | None)
+
+
+def _map_items(*items: tuple[str, Any]) -> bytes:
+    encode = msgspec.msgpack.encode
+    return b"".join(encode(key) + encode(value) for key, value in items)
+
+
+# Most engine steps count nothing: no prefix-cache or connector lookup, no
+# sampled eviction, no drafts, no perf stats. In vLLM's field order the
+# SchedulerStats map of such a step ends with these bytes: a byte comparison
+# tells it (only gauges to read) without decoding ~500 bytes.
+NOTHING_COUNTED = _map_items(
+    ("prefix_cache_stats", {"reset": False, "requests": 0, "queries": 0, "hits": 0,
+                            "preempted_requests": 0, "preempted_queries": 0,
+                            "preempted_hits": 0, "hits_by_source": {}}),
+    ("connector_prefix_cache_stats", None), ("kv_cache_eviction_events", []),
+    ("spec_decoding_stats", None), ("kv_connector_stats", None), ("ec_connector_stats", None),
+    ("waiting_lora_adapters", {}), ("running_lora_adapters", {}), ("cudagraph_stats", None),
+    ("perf_stats", None))
+
+
+def decode_scheduler_stats(raw: msgspec.Raw) -> SchedulerStats | None:
+    """The stats a :class:`StepOutputs` kept raw; raises ProtocolError."""
+    if not len(raw):
+        return None
+    try:
+        return _scheduler_stats_decoder.decode(raw)
+    except msgspec.DecodeError as e:
+        raise ProtocolError(f"undecodable scheduler stats: {e}") from e
 
 
 class EngineDeadError(Exception):

@@ -76,6 +76,24 @@ def test_metrics_after_known_workload(start_ops_stack):
     assert metric(samples, "vllm:request_params_n_bucket", le="1.0", **VLLM) == 1
     assert metric(samples, "vllm:request_params_n_bucket", le="2.0", **VLLM) == 4
     assert metric(samples, "vllm:request_params_n_bucket", le="+Inf", **VLLM) == 4
+    assert metric(samples, "vllm:request_max_num_generation_tokens_sum", **VLLM) == \
+        5 + 6 + 7 + 4
+    # Per engine request: the mock sends vLLM's QUEUED/SCHEDULED events and
+    # prefill stats, so every per-request family has all 7.
+    for family in ("request_queue_time_seconds", "request_prefill_time_seconds",
+                   "request_decode_time_seconds", "request_inference_time_seconds",
+                   "request_time_per_output_token_seconds", "request_prompt_tokens",
+                   "request_generation_tokens", "request_params_max_tokens",
+                   "request_prefill_kv_computed_tokens", "request_num_preemptions"):
+        assert metric(samples, f"vllm:{family}_count", **VLLM) == 7, family
+    assert metric(samples, "vllm:request_generation_tokens_sum", **VLLM) == completion_tokens
+    assert metric(samples, "vllm:request_params_max_tokens_sum", **VLLM) == \
+        2 * (5 + 6 + 7) + 4
+    assert metric(samples, "vllm:prompt_tokens_by_source_total", source="local_compute",
+                  **VLLM) + metric(samples, "vllm:prompt_tokens_by_source_total",
+                                   source="local_cache_hit", **VLLM) == prompt_tokens
+    assert metric(samples, "vllm:engine_sleep_state", sleep_state="awake", **VLLM) == 1
+    assert 'vllm:cache_config_info{' in text
     # vLLM's buckets.
     assert 'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001"' in text
     assert 'vllm:inter_token_latency_seconds_bucket{engine="0",le="0.01"' in text

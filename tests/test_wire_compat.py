@@ -1489,3 +1489,61 @@ def test_lora_that_would_kill_the_input_thread_is_refused(lora):
     raw = msgspec.msgpack.encode(req)  # what would have gone out unchecked
     with pytest.raises((ValueError, AssertionError, msgspec.ValidationError)):
         MsgpackDecoder(VRequest).decode([raw])
+
+
+def test_vllm_scheduler_stats_decode_with_the_metrics_decoder():
+    """The fields /metrics reads of vLLM's SchedulerStats, through the frontend's
+    own path: the step decoder keeps the map raw, ``decode_scheduler_stats``
+    reads it (enum-keyed hits_by_source, nested dataclasses, eviction events)."""
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+    from vllm.v1.metrics.perf import PerfStats
+    from vllm.v1.metrics.stats import KVCacheEvictionEvent, PrefixCacheStats
+    from vllm.v1.spec_decode.metrics import SpecDecodingStats
+
+    theirs = SchedulerStats(
+        num_running_reqs=5, num_waiting_reqs=3, num_skipped_waiting_reqs=2,
+        kv_cache_usage=0.375,
+        prefix_cache_stats=PrefixCacheStats(requests=2, queries=300, hits=256),
+        connector_prefix_cache_stats=PrefixCacheStats(
+            requests=1, queries=44, hits=32,
+            hits_by_source={CacheHitSource.HOST: 16, CacheHitSource.DISK: 16}),
+        kv_cache_eviction_events=[KVCacheEvictionEvent(2.5, 0.5, (0.25, 1.0))],
+        spec_decoding_stats=SpecDecodingStats(
+            num_spec_tokens=2, num_drafts=3, num_draft_tokens=6, num_accepted_tokens=4,
+            num_accepted_tokens_per_pos=[3, 1], num_draft_tokens_per_pos=[3, 3]),
+        perf_stats=PerfStats(num_flops_per_gpu=10**15, num_read_bytes_per_gpu=7,
+                             num_write_bytes_per_gpu=9))
+    step = wire.decode_step(vllm_encode(VOutputs(scheduler_stats=theirs, timestamp=1.0)))
+    assert wire.has_scheduler_stats(step)
+    ours = wire.decode_scheduler_stats(step.scheduler_stats)
+    assert (ours.num_running_reqs, ours.num_waiting_reqs, ours.num_skipped_waiting_reqs,
+            ours.kv_cache_usage) == (5, 3, 2, 0.375)
+    assert (ours.prefix_cache_stats.queries, ours.prefix_cache_stats.hits) == (300, 256)
+    assert ours.connector_prefix_cache_stats.hits_by_source == {"host": 16, "disk": 16}
+    [event] = ours.kv_cache_eviction_events
+    assert (event.lifetime_seconds, event.idle_seconds, event.reuse_gaps_seconds) == \
+        (2.5, 0.5, [0.25, 1.0])
+    spec = ours.spec_decoding_stats
+    assert (spec.num_spec_tokens, spec.num_drafts, spec.num_draft_tokens,
+            spec.num_accepted_tokens, spec.num_accepted_tokens_per_pos) == (2, 3, 6, 4, [3, 1])
+    assert (ours.perf_stats.num_flops_per_gpu, ours.perf_stats.num_read_bytes_per_gpu,
+            ours.perf_stats.num_write_bytes_per_gpu) == (10**15, 7, 9)
+    assert not bytes(step.scheduler_stats).endswith(wire.NOTHING_COUNTED)
+    # A step that counted nothing is told by its bytes, not decoded; anything
+    # counted in it makes it decoded.
+    quiet = SchedulerStats(num_running_reqs=70, num_waiting_reqs=300, kv_cache_usage=0.5,
+                           prefix_cache_stats=PrefixCacheStats())
+    for stats, nothing in (
+            (quiet, True),
+            (dataclasses.replace(quiet, prefix_cache_stats=PrefixCacheStats(queries=1)), False),
+            (dataclasses.replace(quiet, prefix_cache_stats=PrefixCacheStats(reset=True)), False),
+            (dataclasses.replace(quiet, connector_prefix_cache_stats=PrefixCacheStats()), False),
+            (dataclasses.replace(quiet, spec_decoding_stats=SpecDecodingStats(2)), False),
+            (dataclasses.replace(quiet, perf_stats=PerfStats()), False),
+            (dataclasses.replace(quiet, kv_cache_eviction_events=[
+                KVCacheEvictionEvent(1.0, 1.0, ())]), False)):
+        step = wire.decode_step(vllm_encode(VOutputs(scheduler_stats=stats, timestamp=1.0)))
+        assert bytes(step.scheduler_stats).endswith(wire.NOTHING_COUNTED) is nothing, stats
+    # An engine with --disable-log-stats sends none.
+    step = wire.decode_step(vllm_encode(VOutputs(timestamp=1.0)))
+    assert not wire.has_scheduler_stats(step)

@@ -11,6 +11,7 @@ last one of each choice), at most one usage chunk and exactly one ``[DONE]``.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -273,6 +274,7 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
     check_max_output_tokens(requested, max_model_len, param)
     add_generation_prompt = req.add_generation_prompt is not False
     renderer = state.renderer
+    arrival = time.monotonic()  # before tokenization, as vLLM's arrival_time
     rendered = await renderer.render_chat(
         renderer.parse_messages(req.messages), add_generation_prompt=add_generation_prompt,
         continue_final_message=req.continue_final_message,
@@ -298,7 +300,7 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
                                    stream=bool(req.stream))
     rid = request_id_for(request, req.request_id)
     group = Group(f"chatcmpl-{rid}", stream=bool(req.stream),
-                  max_pending=state.config.max_stream_buffer)
+                  max_pending=state.config.max_stream_buffer, arrival=arrival)
     group.lora = state.lora.get(served)
     for j in range(params.n):
         state.table.add_choice(group, index=j, prompt_index=0, prompt_token_ids=prompt_ids,

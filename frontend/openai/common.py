@@ -4,8 +4,9 @@ running a request's group."""
 from __future__ import annotations
 
 import json
+import logging
 import secrets
-from typing import Any, TypeVar
+from typing import Any, Mapping, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -16,6 +17,7 @@ from frontend.state import AppState
 from protocol.errors import ValidationError
 
 T = TypeVar("T")
+log = logging.getLogger("frontend.openai")
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
@@ -111,12 +113,34 @@ def as_n(value: Any) -> int:
     return n if n >= 1 else 1
 
 
+TRACE_HEADERS = ("traceparent", "tracestate")
+_warned_untraced = False
+
+
+def trace_headers(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The request's W3C trace context headers (lower-case names), or None."""
+    found = {h: headers[h] for h in TRACE_HEADERS if h in headers}
+    return found or None
+
+
+def warn_if_traced(headers: Mapping[str, str]) -> None:
+    """vLLM's one warning for trace context sent to a server that does not trace."""
+    global _warned_untraced
+    if not _warned_untraced and any(h in headers for h in TRACE_HEADERS):
+        _warned_untraced = True
+        log.warning("Received a request with trace context but tracing is disabled")
+
+
 async def serve_group(state: AppState, request: web.Request, group: Group, view,
                       *, priority: int, cache_salt: str | None) -> web.StreamResponse:
     """Send the group's engine requests, then stream them or answer once all are
     done. Whatever happens, the group is released: unfinished engine requests
     are aborted (client gone, error) and its table entries freed."""
     table = state.table
+    if state.config.trace_requests:
+        group.trace_headers = trace_headers(request.headers)
+    else:
+        warn_if_traced(request.headers)
     try:
         try:
             table.submit(group, priority=priority, cache_salt=cache_salt)

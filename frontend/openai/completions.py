@@ -8,6 +8,7 @@ most one usage chunk and exactly one ``[DONE]``.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -239,6 +240,7 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
     prompts = split_prompts(req.prompt)
     max_model_len = state.max_model_len
     check_max_output_tokens(req.max_tokens, max_model_len)
+    arrival = time.monotonic()  # before tokenization, as vLLM's arrival_time
     rendered = await state.renderer.render_prompts(
         prompts, add_special_tokens=req.add_special_tokens,
         truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side,
@@ -256,7 +258,7 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
             state.lora.get(served),
             lambda group: CompletionView(state, req, group, served, rendered))
     group = Group(f"cmpl-{rid}", stream=bool(req.stream),
-                  max_pending=state.config.max_stream_buffer)
+                  max_pending=state.config.max_stream_buffer, arrival=arrival)
     group.lora = state.lora.get(served)
     model = state.model
     for p_idx, (ids, _) in enumerate(rendered):

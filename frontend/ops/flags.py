@@ -10,6 +10,7 @@ import ssl
 from dataclasses import dataclass, field
 
 from frontend.ops import security
+from frontend.ops.stats import BUCKET_FAMILIES, check_bucket_overrides
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
@@ -31,6 +32,9 @@ class OpsConfig:
     ssl_ciphers: str | None = None
     timeout_keep_alive: float = 5.0
     disable_log_stats: bool = False
+    kv_cache_metrics: bool = False
+    custom_histogram_buckets: dict[str, list[float]] | None = None
+    otlp_traces_endpoint: str | None = None
 
 
 # --------------------------------------------------------------------- flags
@@ -47,6 +51,15 @@ def _json_list(text: str) -> list[str]:
             raise argparse.ArgumentTypeError("expected a JSON list of strings")
         return value
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _histogram_buckets(text: str) -> dict[str, list[float]]:
+    try:
+        return check_bucket_overrides(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -107,6 +120,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("observability")
     g.add_argument("--disable-log-stats", action="store_true",
                    help="no vllm:* engine/request metrics (HTTP and process metrics stay)")
+    g.add_argument("--kv-cache-metrics", action="store_true",
+                   help="export vLLM's KV-cache residency histograms "
+                        "(vllm:kv_block_*_seconds); the engine needs --kv-cache-metrics too")
+    g.add_argument("--custom-histogram-buckets", type=_histogram_buckets, default=None,
+                   metavar="JSON",
+                   help="vLLM's bucket families' bounds, e.g. "
+                        "'{\"request_latency\": [0.01, 0.05, 0.1, 0.5]}' (families: "
+                        + ", ".join(sorted(BUCKET_FAMILIES)) + ")")
+    g.add_argument("--otlp-traces-endpoint", default=None, metavar="URL",
+                   help="send one OpenTelemetry span per engine request to this OTLP "
+                        "endpoint (gRPC; $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf "
+                        "for HTTP); needs the 'tracing' extra")
     g.add_argument("--log-format", choices=("text", "json"),
                    default=os.environ.get("FRONTEND_LOG_FORMAT", "text"),
                    help="stderr log lines as text (default) or one JSON object per line")
@@ -125,10 +150,16 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
         ssl_ca_certs=args.ssl_ca_certs, ssl_cert_reqs=args.ssl_cert_reqs,
         ssl_ciphers=args.ssl_ciphers, timeout_keep_alive=args.timeout_keep_alive,
-        disable_log_stats=args.disable_log_stats)
+        disable_log_stats=args.disable_log_stats, kv_cache_metrics=args.kv_cache_metrics,
+        custom_histogram_buckets=args.custom_histogram_buckets,
+        otlp_traces_endpoint=args.otlp_traces_endpoint or None)
 
 
 def validate(config: OpsConfig) -> ssl.SSLContext | None:
-    """Fail at start-up (exit 2) on inconsistent TLS flags; returns the context."""
+    """Fail at start-up (exit 2) on inconsistent flags; returns the TLS context."""
+    if config.otlp_traces_endpoint and config.disable_log_stats:
+        # vLLM accepts both and then fails every request at its first finish.
+        raise ValueError("--otlp-traces-endpoint needs the request stats that "
+                         "--disable-log-stats turns off")
     return security.ssl_context(config.ssl_certfile, config.ssl_keyfile, config.ssl_ca_certs,
                                 config.ssl_cert_reqs, config.ssl_ciphers)

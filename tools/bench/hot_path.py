@@ -37,7 +37,7 @@ from frontend.fanout import Group, Table  # noqa: E402
 from frontend.model import load_model_info  # noqa: E402
 from frontend.openai.completions import CompletionRequest, CompletionView  # noqa: E402
 from frontend.openai.sampling import build_sampling_params  # noqa: E402
-from frontend.ops.metrics import EngineMetrics  # noqa: E402
+from frontend.ops.stats import EngineMetrics  # noqa: E402
 from frontend.render import Renderer  # noqa: E402
 from frontend.state import AppState, ServingConfig  # noqa: E402
 from protocol import wire  # noqa: E402
@@ -51,7 +51,7 @@ SCHEDULER_STATS = {  # the shape the engine sends on every step
     "kv_cache_usage": 0.25, "iteration_details": None,
     "prefix_cache_stats": {"reset": False, "requests": 0, "queries": 0, "hits": 0,
                            "preempted_requests": 0, "preempted_queries": 0,
-                           "preempted_hits": 0},
+                           "preempted_hits": 0, "hits_by_source": {}},
     "connector_prefix_cache_stats": None, "kv_cache_eviction_events": [],
     "spec_decoding_stats": None, "kv_connector_stats": None, "ec_connector_stats": None,
     "waiting_lora_adapters": {}, "running_lora_adapters": {}, "cudagraph_stats": None,
@@ -91,7 +91,7 @@ def make_state(model, max_model_len: int = 4096, observer=None) -> AppState:
 
 
 def setup(model, prompts: list[str], streams: int, max_tokens: int):
-    state = make_state(model, observer=EngineMetrics())
+    state = make_state(model, observer=EngineMetrics(lambda: 4096))
     table = state.table
     sent = [0]
 

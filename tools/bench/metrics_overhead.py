@@ -157,7 +157,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     import msgspec
 
     from frontend.fanout import Group, Table
-    from frontend.ops.metrics import EngineMetrics
+    from frontend.ops.stats import EngineMetrics
     from frontend.model import load_model_info
     from frontend.openai.completions import CompletionRequest
     from frontend.openai.sampling import build_sampling_params
@@ -173,8 +173,32 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     prompt = [10 + j for j in range(16)]
     token_ids = [100 + (7 * i) % 900 for i in range(tokens)]
     length = int(wire.FinishReason.LENGTH)
-    stats = {"num_running_reqs": concurrency, "num_waiting_reqs": 0, "kv_cache_usage": 0.1,
-             "prefix_cache_stats": {"queries": 0, "hits": 0}}
+    # What a vLLM 0.32 engine with log stats sends: a SchedulerStats map on
+    # every step, prefill stats and QUEUED/SCHEDULED events on first outputs.
+    stats = {"num_running_reqs": concurrency, "num_waiting_reqs": 0,
+             "num_skipped_waiting_reqs": 0,
+             "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 0, "in_progress": 0,
+                                            "completed_waiting": 0},
+             "step_counter": 0, "current_wave": 0, "kv_cache_usage": 0.1,
+             "iteration_details": None,
+             "prefix_cache_stats": {"reset": False, "requests": 0, "queries": 0, "hits": 0,
+                                    "preempted_requests": 0, "preempted_queries": 0,
+                                    "preempted_hits": 0, "hits_by_source": {}},
+             "connector_prefix_cache_stats": None, "kv_cache_eviction_events": [],
+             "spec_decoding_stats": None, "kv_connector_stats": None,
+             "ec_connector_stats": None, "waiting_lora_adapters": {},
+             "running_lora_adapters": {}, "cudagraph_stats": None, "perf_stats": None}
+    prefill = {"num_prompt_tokens": len(prompt), "num_computed_tokens": len(prompt),
+               "num_cached_tokens": 0, "num_local_cached_tokens": 0,
+               "num_external_cached_tokens": 0, "num_cache_creation_tokens": 0}
+
+    def output(rid: str, i: int, tok: int, t0: float) -> wire.EngineCoreOutput:
+        out = wire.EngineCoreOutput(rid, [tok], finish_reason=length
+                                    if i == tokens - 1 else None)
+        if i == 0:
+            out.prefill_stats = prefill
+            out.events = [{"type": 1, "timestamp": t0}, {"type": 2, "timestamp": t0}]
+        return out
 
     def scenario(observer):
         table = Table(_StubEngine(), model, lambda: limits, observer=observer)
@@ -185,10 +209,10 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
                              params=params)
             groups.append(group)
         ids = [grp.choices[0].engine_id for grp in groups]
-        steps = [wire.EngineCoreOutputs(
-            outputs=[wire.EngineCoreOutput(rid, [tok], finish_reason=length
-                                           if i == tokens - 1 else None) for rid in ids],
-            scheduler_stats=stats, timestamp=time.monotonic() + i * 0.01)
+        t0 = time.monotonic()
+        steps = [wire.decode_step(wire.encode_outputs(wire.EngineCoreOutputs(
+            outputs=[output(rid, i, tok, t0) for rid in ids],
+            scheduler_stats=stats, timestamp=t0 + i * 0.01)))
             for i, tok in enumerate(token_ids)]
         return table, groups, steps
 
@@ -212,7 +236,8 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
         grp.choices[0].finish_reason = "length"
 
     def hooks_run() -> float:
-        obs = EngineMetrics()
+        obs = EngineMetrics(lambda: MAX_MODEL_LEN)
+        obs.engine(0)  # once per process (the first message), not per request
         t0 = time.perf_counter()
         for grp in groups:
             obs.on_submit(grp)
@@ -222,7 +247,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
             obs.on_choice_finished(grp.choices[0])
             obs.on_release(grp)
         elapsed = time.perf_counter() - t0
-        assert obs.generation_tokens == concurrency * tokens
+        assert obs.engine(0).generation_tokens == concurrency * tokens
         return 1e6 * elapsed / (concurrency * tokens)
 
     best = {"hooks": float("inf"), "table_none": float("inf"),
@@ -230,7 +255,8 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     for _ in range(repeats):
         best["hooks"] = min(best["hooks"], hooks_run())
         best["table_none"] = min(best["table_none"], table_run(None))
-        best["table_metrics"] = min(best["table_metrics"], table_run(EngineMetrics()))
+        best["table_metrics"] = min(best["table_metrics"],
+                                    table_run(EngineMetrics(lambda: MAX_MODEL_LEN)))
     return best
 
 

@@ -1,0 +1,140 @@
+"""Parity with vLLM's own API server: ``/metrics`` after the same workload.
+
+vLLM 0.32's unmodified ``vllm serve`` (fixture ``vllm_frontend``, on its own
+real engine) and our frontend (fixture ``frontend``, on the session's real
+engine; same model and settings) get the same requests, one at a time, in the
+same order. Then, over the ``vllm:*`` families of both ``/metrics`` bodies:
+
+* the same families, each with the same type, HELP text, label names and
+  histogram bucket bounds;
+* counters: what the workload added is equal, exactly (both servers have
+  served other tests before, so each side is compared with its own scrape
+  from before the workload);
+* histograms: what the workload added to each ``_count`` is equal (the
+  values are clock readings of two different processes), or to ``_sum`` for
+  ``COMPARED_BY_SUM``;
+* gauges, ``vllm:cache_config_info`` with its labels included: equal once
+  both are idle (the labels that come from the engine's arguments are vLLM's
+  defaults on both sides: vLLM's API server knows only its own command line).
+
+The workload covers finish by length, by EOS and by stop string, n > 1,
+batch prompts, chat, streaming, /inference/v1/generate, an omitted max_tokens,
+and a prompt long enough (two 128-token blocks on the CPU engine) that its
+second sending hits the prefix cache.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from tests.support.exposition import Family, parse
+from tests.support.http_client import get, post
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend]
+
+# One observation per engine message with outputs: how many messages depends
+# on how the engine happened to batch the requests of an n > 1 or batch
+# request (their ADDs may land in one step or two), on either side. Their sum
+# (prompt tokens computed + tokens generated) does not.
+COMPARED_BY_SUM = {"vllm:iteration_tokens_total"}
+
+
+def workload(url: str, long_prompt: list[int]) -> None:
+    def ok(path: str, body: dict) -> None:
+        reply = post(url, path, body)
+        assert reply.status == 200, (path, reply.status, reply.body[:500])
+
+    cmpl = "/v1/completions"
+    ok(cmpl, {"model": "tiny", "prompt": "Hello", "max_tokens": 8, "temperature": 0})
+    ok(cmpl, {"model": "tiny", "prompt": "1 2 3 4", "max_tokens": 20, "temperature": 0})
+    ok(cmpl, {"model": "tiny", "prompt": "Hello", "max_tokens": 16, "temperature": 0,
+              "stop": ["watches"]})
+    ok(cmpl, {"model": "tiny", "prompt": "Seeded", "n": 2, "max_tokens": 5, "seed": 7,
+              "temperature": 1.0, "ignore_eos": True})
+    ok(cmpl, {"model": "tiny", "prompt": ["Hi", "The quick brown fox"], "max_tokens": 4,
+              "temperature": 0, "ignore_eos": True})
+    ok(cmpl, {"model": "tiny", "prompt": "Stream me", "max_tokens": 6, "temperature": 0,
+              "ignore_eos": True, "stream": True})
+    ok(cmpl, {"model": "tiny", "prompt": [9] * 1012, "temperature": 0})
+    ok("/v1/chat/completions", {"model": "tiny", "max_tokens": 6, "temperature": 0,
+                                "messages": [{"role": "user", "content": "Hi there"}]})
+    ok("/inference/v1/generate", {"model": "tiny", "token_ids": [1, 468, 995],
+                                  "sampling_params": {"temperature": 0, "max_tokens": 3}})
+    for _ in range(2):
+        ok(cmpl, {"model": "tiny", "prompt": long_prompt, "max_tokens": 3, "temperature": 0})
+
+
+def scrape(url: str) -> dict[str, Family]:
+    reply = get(url, "/metrics")
+    assert reply.status == 200
+    return parse(reply.body.decode())
+
+
+def wait_idle(url: str, timeout: float = 60.0) -> dict[str, Family]:
+    """Until the scheduler gauges say the engine has nothing left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        families = scrape(url)
+        busy = families["vllm:num_requests_running"].total() + \
+            families["vllm:num_requests_waiting"].total()
+        if not busy:
+            return families
+        assert time.monotonic() < deadline, f"{url} not idle"
+        time.sleep(0.2)
+
+
+def added(before: Family | None, after: Family, suffix: str = "") -> dict:
+    """Per child: what the workload added to ``name + suffix`` samples."""
+    out = {}
+    for (name, labels), value in after.samples.items():
+        if name == after.name + suffix:
+            prior = before.samples.get((name, labels), 0.0) if before else 0.0
+            out[labels] = value - prior
+    return out
+
+
+def test_metrics_equal_vllm_after_the_same_workload(vllm_frontend, frontend):
+    long_prompt = [random.Random(time.time_ns()).randrange(100, 900) for _ in range(300)]
+    sides = {}
+    for name, url in (("vllm", vllm_frontend.url), ("ours", frontend.url)):
+        before = wait_idle(url)
+        workload(url, long_prompt)
+        sides[name] = (before, wait_idle(url))
+    (v_before, theirs), (o_before, ours) = sides["vllm"], sides["ours"]
+
+    assert sorted(ours) == sorted(theirs)
+    problems = []
+    for name, t in theirs.items():
+        o = ours[name]
+        if (o.type, o.help, o.label_names, o.bounds) != (t.type, t.help, t.label_names,
+                                                         t.bounds):
+            problems.append(f"{name}: ours {(o.type, o.help, sorted(o.label_names), o.bounds)}"
+                            f" vLLM's {(t.type, t.help, sorted(t.label_names), t.bounds)}")
+            continue
+        if t.type == "counter":
+            o_added = added(o_before.get(name), o, "_total")
+            t_added = added(v_before.get(name), t, "_total")
+            if o_added != t_added:
+                problems.append(f"{name}: ours added {o_added}, vLLM's {t_added}")
+        elif t.type == "histogram":
+            suffix = "_sum" if name in COMPARED_BY_SUM else "_count"
+            o_added = added(o_before.get(name), o, suffix)
+            t_added = added(v_before.get(name), t, suffix)
+            if o_added != t_added:
+                problems.append(f"{name}: ours observed {o_added}, vLLM's {t_added}")
+        elif t.samples != o.samples:  # gauges (cache_config_info's labels too), at idle
+            problems.append(f"{name}: ours {o.samples}, vLLM's {t.samples}")
+    assert not problems, "\n".join(problems)
+
+    # The workload reached the rules it is meant to cover.
+    def ours_added(name: str, **labels: str) -> float:
+        want = set(labels.items())
+        return sum(v for lbl, v in added(o_before.get(name), ours[name], "_total").items()
+                   if want <= lbl)
+
+    assert ours_added("vllm:request_success") == 13  # engine requests
+    assert ours_added("vllm:request_success", finished_reason="stop") == 2  # EOS, stop string
+    assert ours_added("vllm:prefix_cache_hits") >= 256
