@@ -191,7 +191,7 @@ def worker_main(spec: WorkerSpec) -> None:
     state_file = config.engine_state_file
     config = dataclasses.replace(
         config, client_index=spec.index, shared=spec.shared,
-        handoff=spec.handoff,
+        handoff=spec.handoff, metrics_dir=spec.metrics_dir,
         engine_state_file=f"{state_file}.w{spec.index}" if state_file else None)
     sys.exit(serve(model, addresses, config))
 

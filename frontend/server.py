@@ -32,6 +32,7 @@ from frontend.openai.routes import Route, openai_routes
 from frontend.ops import admission, listeners, security, systemd
 from frontend.ops.flags import OpsConfig
 from frontend.ops.metrics import Metrics
+from frontend.ops.service_metrics import ServiceMetrics
 from frontend.ops.stats import EngineMetrics, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
 from frontend.render import Renderer
@@ -66,6 +67,7 @@ class ServerConfig:
     num_clients: int = 1
     shared: Any = None
     handoff: Any = None
+    metrics_dir: str | None = None
     lora_modules: list[LoRAModulePath] = field(default_factory=list)
     require_lora: bool = False  # --enable-lora: the engine must support LoRA
 
@@ -101,7 +103,9 @@ class Server:
         self.limits = admission.LimitsState(config.ops.max_concurrent_requests,
                                             config.max_request_body, shared=config.shared,
                                             slot=client)
-        self.metrics = Metrics(self.state, self.limits, engine_metrics)
+        service = (ServiceMetrics(config.metrics_dir, client)
+                   if config.metrics_dir is not None else None)
+        self.metrics = Metrics(self.state, self.limits, engine_metrics, service)
         self.runner: web.AppRunner | None = None
         self._stopped = asyncio.Event()
         self._lora_restore: asyncio.Task | None = None
@@ -202,9 +206,13 @@ class Server:
             self._heartbeat = asyncio.create_task(self._beat(config.shared))
 
     async def _beat(self, shared: Any) -> None:
-        """The supervisor's proof that this worker's event loop runs (its watchdog)."""
+        """The supervisor's proof that this worker's event loop runs (its
+        watchdog); and this worker's metrics, for the other workers' /metrics."""
+        service = self.metrics.service
         while True:
             shared.heartbeat[self.config.client_index] = time.monotonic()
+            if service is not None:
+                service.write(self.metrics.snapshot())
             await asyncio.sleep(HEARTBEAT_S)
 
     async def _start_lora(self) -> None:

@@ -11,7 +11,8 @@ and hands each connection to the least busy worker (SCM_RIGHTS).
 
 Shared memory (``Shared``) holds each worker's admission counts
 (``--max-concurrent-requests`` is the service's limit), heartbeat and
-readiness. The parent speaks sd_notify for the service: ``READY=1`` once every
+readiness; a directory holds each worker's metrics snapshot, so that /metrics
+from any worker shows the whole service. The parent speaks sd_notify for the service: ``READY=1`` once every
 worker serves, ``WATCHDOG=1`` only while every worker's heartbeat is fresh,
 ``STOPPING=1`` on SIGTERM, which it forwards (each worker drains). A worker
 that dies is replaced; the replacement re-attaches to the engines from its
@@ -27,8 +28,10 @@ import ctypes
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -76,6 +79,7 @@ class WorkerSpec:
     count: int
     shared: Shared
     handoff: socket.socket | None  # where its Unix-socket connections arrive
+    metrics_dir: str  # every worker's metrics snapshot (frontend/ops/service_metrics.py)
 
 
 class Supervisor:
@@ -98,6 +102,8 @@ class Supervisor:
         self.handoffs: list[socket.socket | None] = [None] * self.count
         self.workers: list[Any] = [None] * self.count
         self._next = 0
+        self.metrics_dir = tempfile.mkdtemp(prefix="vllm-frontend-metrics-",
+                                            dir=os.environ.get("XDG_RUNTIME_DIR"))
         self.deaths: list[float] = []
         self.draining = False
 
@@ -134,7 +140,7 @@ class Supervisor:
             if self.handoffs[index] is not None:
                 self.handoffs[index].close()
             self.handoffs[index], theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        spec = WorkerSpec(self.argv, index, self.count, self.shared, theirs)
+        spec = WorkerSpec(self.argv, index, self.count, self.shared, theirs, self.metrics_dir)
         proc = self.ctx.Process(target=self.worker_main, args=(spec,),
                                 name=f"frontend-{index}")
         proc.start()
@@ -223,6 +229,7 @@ class Supervisor:
         for handoff in self.handoffs:
             if handoff is not None:
                 handoff.close()
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
 
 def _unix_listener(path: str) -> socket.socket:

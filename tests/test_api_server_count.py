@@ -268,3 +268,36 @@ def test_two_workers_times_two_engine_ranks(tiny_model_dir, tmp_path):
         stack.check_clean()
     finally:
         stack.stop()
+
+
+def test_metrics_from_any_worker_show_the_whole_service(start_ops_stack):
+    """Counters and histograms summed over the workers (whichever answers), and
+    still so after a worker died and was replaced: counters never go down."""
+    from tests.support.http_client import metric, scrape
+
+    stack = start_ops_stack(*WORKERS, engine_args=("--step-time", "0.002"))
+    worker_pids(stack.url)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: complete(stack.url, prompt=f"m{i}", max_tokens=5), range(60)))
+    split = adds_by_client(stack)
+    assert min(split.values()) > 0 and sum(split.values()) == 60
+    labels = {"model_name": MODEL, "engine": "0"}
+
+    def service_counts() -> tuple[float, float, float, int]:
+        samples = scrape(stack.url)
+        return (metric(samples, "vllm:request_success_total", finished_reason="length",
+                       **labels),
+                metric(samples, "vllm:generation_tokens_total", **labels),
+                metric(samples, "vllm:e2e_request_latency_seconds_count", **labels),
+                int(json.loads(urllib.request.urlopen(
+                    stack.url + "/debug/state", timeout=10).read())["worker"]))
+    seen = {}
+    wait_for(lambda: seen.setdefault(service_counts()[3], service_counts()[:3]) is not None
+             and len(seen) == 2, 30, interval=0.01)
+    for counts in seen.values():  # each worker's /metrics: the same service totals
+        assert counts == (60, 300, 60), seen
+    pids = worker_pids(stack.url)
+    os.kill(pids[1], signal.SIGKILL)
+    wait_for(lambda: worker_pids(stack.url)[1] != pids[1], 30)
+    for _ in range(6):  # replaced: its predecessor's counts carry on
+        assert service_counts()[:3] == (60, 300, 60)

@@ -26,6 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from frontend.errors import CLIENT_GONE
+from frontend.ops import service_metrics
 from frontend.ops.stats import EngineMetrics
 from frontend.ops.vllm_metrics import Exposition, cache_config_labels
 
@@ -60,9 +61,12 @@ class Metrics:
     """Everything /metrics shows, in one registry of its own."""
 
     def __init__(self, state: "AppState", limits: "LimitsState",
-                 engine: EngineMetrics | None) -> None:
+                 engine: EngineMetrics | None,
+                 service: service_metrics.ServiceMetrics | None = None) -> None:
         self.state = state
         self.limits = limits
+        # One of several frontend processes: /metrics shows the whole service.
+        self.service = service
         self.created = time.time()
         self.engine = engine  # None with --disable-log-stats
         self.http = HttpMetrics()
@@ -82,53 +86,71 @@ class Metrics:
             return []
         return sorted({*range(self.state.engine.data_parallel_size), *self.engine.engines})
 
+    def snapshot(self) -> dict:
+        """What this process counts, as plain data (``service_metrics``)."""
+        engine, http, limits = self.engine, self.http, self.limits
+        return {
+            "engines": ({i: service_metrics.engine_snapshot(engine.engine(i))
+                         for i in self.engine_indexes()} if engine is not None else {}),
+            "http_requests": [[*key, value] for key, value in http.requests.items()],
+            "rejected": dict(http.rejected),
+            "disconnects": http.disconnects, "open_streams": http.open_streams,
+            "requests_in_flight": limits.requests, "choices_in_flight": limits.choices,
+            "fanout_entries": len(self.state.table),
+            "engine_aborts": self.state.engine.num_aborts_sent,
+            "slow_consumer_aborts": engine.slow_consumer_aborts if engine is not None else 0}
+
     def collect(self) -> Iterator[Metric]:
         state = self.state
         engine = self.engine
+        snap = self.snapshot()
+        if self.service is not None:  # the whole service: every worker's snapshot
+            snap = self.service.service(self.service.write(snap))
         if engine is not None and state.ready is not None:
-            indexes = self.engine_indexes()
-            exposition = Exposition([(str(i), engine.engine(i)) for i in indexes],
-                                    state.model.name, self.created)
+            engines = [(str(i), service_metrics.fill_engine(engine.new_engine_stats(), e))
+                       for i, e in sorted(snap["engines"].items())]
+            exposition = Exposition(engines, state.model.name, self.created)
             yield from exposition.families(
-                cache_config=cache_config_labels(state.ready, len(indexes)),
+                cache_config=cache_config_labels(state.ready, len(engines)),
                 count_nans=engine.count_nans, kv_cache_metrics=engine.kv_cache_metrics)
-        http = self.http
         c = CounterMetricFamily("http_requests", "HTTP requests by handler, method and "
                                 "status code.", labels=["handler", "method", "status"])
-        for key, value in sorted(http.requests.items()):
-            c.add_metric(list(key), value, created=self.created)
+        for *key, value in sorted(snap["http_requests"]):
+            c.add_metric(key, value, created=self.created)
         yield c
         c = CounterMetricFamily("vllm_frontend_client_disconnects",
                                 "Requests whose client went away before the response ended.")
-        c.add_metric([], http.disconnects, created=self.created)
+        c.add_metric([], snap["disconnects"], created=self.created)
         yield c
         c = CounterMetricFamily("vllm_frontend_engine_aborts",
                                 "Engine requests this frontend aborted (client gone, stop "
                                 "string, failed sibling, slow consumer, shutdown).")
-        c.add_metric([], state.engine.num_aborts_sent, created=self.created)
+        c.add_metric([], snap["engine_aborts"], created=self.created)
         yield c
         c = CounterMetricFamily("vllm_frontend_rejected_requests",
                                 "Requests refused before any work, by reason.",
                                 labels=["reason"])
-        for reason in sorted(set(REJECT_REASONS) | set(http.rejected)):
-            c.add_metric([reason], http.rejected.get(reason, 0), created=self.created)
+        rejected = snap["rejected"]
+        for reason in sorted(set(REJECT_REASONS) | set(rejected)):
+            c.add_metric([reason], rejected.get(reason, 0), created=self.created)
         yield c
-        if self.engine is not None:
+        if engine is not None:
             c = CounterMetricFamily("vllm_frontend_slow_consumer_aborts",
                                     "Streams aborted because the client did not read them.")
-            c.add_metric([], self.engine.slow_consumer_aborts, created=self.created)
+            c.add_metric([], snap["slow_consumer_aborts"], created=self.created)
             yield c
-        limits = self.limits
         for name, doc, value in (
                 ("vllm_frontend_open_streams", "Streaming responses being written.",
-                 http.open_streams),
+                 snap["open_streams"]),
                 ("vllm_frontend_requests_in_flight",
-                 "Generation requests being handled (HTTP level).", limits.requests),
+                 "Generation requests being handled (HTTP level).",
+                 snap["requests_in_flight"]),
                 ("vllm_frontend_choices_in_flight",
                  "Choices (prompts x n) of admitted generation requests (counted "
-                 "only with --max-concurrent-requests, which bounds it).", limits.choices),
+                 "only with --max-concurrent-requests, which bounds it).",
+                 snap["choices_in_flight"]),
                 ("vllm_frontend_fanout_entries", "Engine requests in the fan-out table.",
-                 len(state.table)),
+                 snap["fanout_entries"]),
                 ("vllm_frontend_engine_alive", "1 while an engine is attached and alive.",
                  1 if state.engine.alive else 0),
                 ("vllm_frontend_draining", "1 once a SIGTERM started the drain.",

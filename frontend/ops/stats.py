@@ -186,8 +186,10 @@ class EngineStats:
 
     def __init__(self, buckets: dict[str, list[float]], kv_cache_metrics: bool) -> None:
         """``buckets``: every bucket family's bounds (vLLM's keys)."""
-        # The gauges' source: the engine's last scheduler_stats, still msgpack.
+        # The gauges' source: the engine's last scheduler_stats, still msgpack,
+        # and its step's engine timestamp (the latest wins across processes).
         self.last_stats: msgspec.Raw | None = None
+        self.last_stats_ts = 0.0
         # Counters.
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
@@ -412,12 +414,15 @@ class EngineMetrics:
         then: request-token buckets need its max_model_len)."""
         stats = self.engines.get(index)
         if stats is None:
-            if self._buckets is None:
-                defaults = {**BUCKET_FAMILIES,
-                            "request_tokens": request_token_buckets(self._max_model_len())}
-                self._buckets = {**defaults, **self._bucket_overrides}
-            stats = self.engines[index] = EngineStats(self._buckets, self.kv_cache_metrics)
+            stats = self.engines[index] = self.new_engine_stats()
         return stats
+
+    def new_engine_stats(self) -> EngineStats:
+        if self._buckets is None:
+            defaults = {**BUCKET_FAMILIES,
+                        "request_tokens": request_token_buckets(self._max_model_len())}
+            self._buckets = {**defaults, **self._bucket_overrides}
+        return EngineStats(self._buckets, self.kv_cache_metrics)
 
     # -------------------------------------------------------- table hooks
     def on_submit(self, group: "Group") -> None:
@@ -442,6 +447,7 @@ class EngineMetrics:
         raw = outs.scheduler_stats
         if len(raw) > 1:  # present (nil is one byte)
             es.last_stats = raw  # the gauges, read at scrape time
+            es.last_stats_ts = outs.timestamp
             if not bytes(raw).endswith(NOTHING_COUNTED):  # (most steps count nothing)
                 self._count(es, raw)
         outputs = outs.outputs
