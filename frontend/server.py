@@ -128,6 +128,8 @@ class Server:
 
     def _on_rank_attached(self, rank: int, ready: ReadyResponse) -> None:
         self.router.configure(rank, ready.block_size, ready.num_gpu_blocks)
+        if ready.supports_lora and self.metrics.engine is not None:
+            self.metrics.engine.enable_lora(ready.max_loras)
         self.state.engine_attached(self.engine.ready)
         if self.runner is not None:  # a rank attached after a restart
             self.notifier.status(f"engine rank {rank} attached again; serving")

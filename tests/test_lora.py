@@ -149,6 +149,58 @@ def test_adapter_with_batch_n_and_streaming(mock):
     assert mock.control().stats()["lora_adds"] == before + 8
 
 
+def test_lora_requests_info_lists_the_adapters_in_flight(mock):
+    """vLLM's vllm:lora_requests_info: max_lora and the adapters with requests
+    waiting or running (the same list in both labels), the time last seen."""
+    import time
+
+    from tests.support.http_client import RawRequest
+
+    streams = []
+    for model in ("a", "b"):
+        req = RawRequest(mock.url, "/v1/completions", {
+            "model": model, "prompt": "x", "max_tokens": 1000, "ignore_eos": True,
+            "stream": True})
+        req.read_until(b"data:")
+        streams.append(req)
+    try:
+        samples = wait_for_metric(mock.url, lambda s: any(
+            name == "vllm:lora_requests_info" and dict(labels)["running_lora_adapters"]
+            == "a,b" for (name, labels) in s))
+        info = {dict(labels)["running_lora_adapters"]: value
+                for (name, labels), value in samples.items()
+                if name == "vllm:lora_requests_info"}
+        [labels] = [dict(labels) for (name, labels) in samples
+                    if name == "vllm:lora_requests_info"
+                    and dict(labels)["running_lora_adapters"] == "a,b"]
+        assert labels == {"max_lora": "2", "waiting_lora_adapters": "a,b",
+                          "running_lora_adapters": "a,b"}
+        assert abs(info["a,b"] - time.time()) < 30
+    finally:
+        for req in streams:
+            req.hang_up()
+    mock.frontend.wait_idle()
+    samples = wait_for_metric(mock.url, lambda s: any(
+        name == "vllm:lora_requests_info" and dict(labels)["running_lora_adapters"] == ""
+        for (name, labels) in s))
+    assert any(dict(labels)["running_lora_adapters"] == "a,b" for (name, labels) in samples
+               if name == "vllm:lora_requests_info")  # old series stay, as in vLLM
+
+
+def wait_for_metric(url: str, ready) -> dict:
+    from tests.support.http_client import scrape
+    from tests.support.waits import wait_for
+
+    samples: dict = {}
+
+    def check() -> bool:
+        nonlocal samples
+        samples = scrape(url)
+        return ready(samples)
+    wait_for(check, 20, message=lambda: str([k for k in samples if "lora" in k[0]]))
+    return samples
+
+
 def test_adapter_on_chat_generate_and_tokenize(mock):
     chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
             "temperature": 0}

@@ -98,7 +98,8 @@ class Metrics:
             "requests_in_flight": limits.requests, "choices_in_flight": limits.choices,
             "fanout_entries": len(self.state.table),
             "engine_aborts": self.state.engine.num_aborts_sent,
-            "slow_consumer_aborts": engine.slow_consumer_aborts if engine is not None else 0}
+            "slow_consumer_aborts": engine.slow_consumer_aborts if engine is not None else 0,
+            "lora_info": dict(engine.lora_info or {}) if engine is not None else {}}
 
     def collect(self) -> Iterator[Metric]:
         state = self.state
@@ -112,7 +113,9 @@ class Metrics:
             exposition = Exposition(engines, state.model.name, self.created)
             yield from exposition.families(
                 cache_config=cache_config_labels(state.ready, len(engines)),
-                count_nans=engine.count_nans, kv_cache_metrics=engine.kv_cache_metrics)
+                count_nans=engine.count_nans, kv_cache_metrics=engine.kv_cache_metrics,
+                lora_info=((engine.max_loras, snap["lora_info"])
+                           if engine.lora_info is not None else None))
         c = CounterMetricFamily("http_requests", "HTTP requests by handler, method and "
                                 "status code.", labels=["handler", "method", "status"])
         for *key, value in sorted(snap["http_requests"]):

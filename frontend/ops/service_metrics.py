@@ -119,6 +119,10 @@ def merge(a: dict, b: dict) -> dict:
         "http_requests": [[*key, value] for key, value in requests.items()],
         "rejected": {k: a["rejected"].get(k, 0) + b["rejected"].get(k, 0)
                      for k in {*a["rejected"], *b["rejected"]}},
+        # (vLLM's multiprocess mode adds these timestamps up; the latest is what
+        # the series means)
+        "lora_info": {k: max(a["lora_info"].get(k, 0.0), b["lora_info"].get(k, 0.0))
+                      for k in {*a["lora_info"], *b["lora_info"]}},
         **{k: a[k] + b[k] for k in SUMMED}}
 
 

@@ -155,12 +155,13 @@ class RequestStats:
     ``*_ts`` are engine clock readings (``time.monotonic()`` in the engine):
     events and step timestamps. ``arrival`` and ``ttft`` are this process's."""
 
-    __slots__ = ("arrival", "parent", "last_ts", "first_ts", "queued_ts", "scheduled_ts",
-                 "num_preemptions", "ttft", "corrupted")
+    __slots__ = ("arrival", "parent", "lora", "last_ts", "first_ts", "queued_ts",
+                 "scheduled_ts", "num_preemptions", "ttft", "corrupted")
 
-    def __init__(self, arrival: float, parent: Parent | None) -> None:
+    def __init__(self, arrival: float, parent: Parent | None, lora: str | None = None) -> None:
         self.arrival = arrival
         self.parent = parent
+        self.lora = lora  # the adapter's name (vllm:lora_requests_info)
         self.last_ts: float | None = None  # None until the first output
         self.first_ts = 0.0
         self.queued_ts = 0.0
@@ -401,6 +402,11 @@ class EngineMetrics:
         self.count_nans = count_nans  # VLLM_COMPUTE_NANS_IN_LOGITS, as in vLLM
         self.engines: dict[int, EngineStats] = {}
         self.slow_consumer_aborts = 0
+        # With LoRA on (the engine supports it): vLLM's LoRARequestStates, adapter
+        # -> (waiting, running) engine ids, and lora_requests_info's series.
+        self.lora_info: dict[str, float] | None = None
+        self.max_loras = 0
+        self._lora_requests: dict[str, tuple[set[str], set[str]]] = {}
         # Set by frontend/ops/tracing.py: told of every finished request.
         self.tracer = None
         # engine request id -> its stats, from submit until it finishes or is released.
@@ -431,6 +437,7 @@ class EngineMetrics:
             return
         n = len(choices) // (choices[-1].prompt_index + 1)
         arrival = group.arrival
+        lora = group.lora.lora_name if group.lora is not None and self.lora_info else None
         requests = self._requests
         parents: dict[int, Parent] = {}
         for c in choices:
@@ -439,7 +446,7 @@ class EngineMetrics:
                 parent = parents.get(c.prompt_index)
                 if parent is None:
                     parent = parents[c.prompt_index] = Parent(n)
-            requests[c.engine_id] = RequestStats(arrival, parent)
+            requests[c.engine_id] = RequestStats(arrival, parent, lora)
 
     def on_step(self, outs: wire.StepOutputs) -> None:
         es = self.engines.get(outs.engine_index) or self.engine(outs.engine_index)
@@ -448,6 +455,8 @@ class EngineMetrics:
         if len(raw) > 1:  # present (nil is one byte)
             es.last_stats = raw  # the gauges, read at scrape time
             es.last_stats_ts = outs.timestamp
+            if self.lora_info is not None:  # set on every stats, as vLLM's record does
+                self.lora_info[",".join(self._lora_requests)] = time.time()
             if not bytes(raw).endswith(NOTHING_COUNTED):  # (most steps count nothing)
                 self._count(es, raw)
         outputs = outs.outputs
@@ -464,6 +473,8 @@ class EngineMetrics:
             generated += len(out.new_token_ids)
             if out.events is not None:
                 es.events(rec, out.events)
+                if rec.lora is not None:
+                    self._lora_events(out.request_id, rec.lora, out.events)
             last = rec.last_ts
             if last is prev:
                 # The common case: its previous output came in this engine's
@@ -510,8 +521,31 @@ class EngineMetrics:
         if ss is not None:
             es.count(ss)
 
+    def enable_lora(self, max_loras: int) -> None:
+        """The engine supports LoRA: vllm:lora_requests_info exists."""
+        if self.lora_info is None:
+            self.lora_info, self.max_loras = {}, max_loras
+
+    def _lora_events(self, request_id: str, lora: str, events: list) -> None:
+        """QUEUED and PREEMPTED: waiting; SCHEDULED: running (vLLM's LoRARequestStates)."""
+        for event in events:
+            kind = event["type"]
+            if kind in (QUEUED, PREEMPTED, SCHEDULED):
+                self._lora_update(request_id, lora, running=kind == SCHEDULED, done=False)
+
+    def _lora_update(self, request_id: str, lora: str, *, running: bool, done: bool) -> None:
+        waiting_ids, running_ids = self._lora_requests.setdefault(lora, (set(), set()))
+        waiting_ids.discard(request_id)
+        running_ids.discard(request_id)
+        if not done:
+            (running_ids if running else waiting_ids).add(request_id)
+        if not (waiting_ids or running_ids):
+            del self._lora_requests[lora]
+
     def on_choice_finished(self, choice: "Choice") -> None:
         rec = self._requests.pop(choice.engine_id, None)
+        if rec is not None and rec.lora is not None:
+            self._lora_update(choice.engine_id, rec.lora, running=False, done=True)
         if rec is None or self._engine is None:
             return
         now = time.monotonic()
@@ -528,4 +562,6 @@ class EngineMetrics:
     def on_release(self, group: "Group") -> None:
         requests = self._requests
         for c in group.choices:
-            requests.pop(c.engine_id, None)
+            rec = requests.pop(c.engine_id, None)
+            if rec is not None and rec.lora is not None:
+                self._lora_update(c.engine_id, rec.lora, running=False, done=True)

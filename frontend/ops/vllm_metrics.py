@@ -117,7 +117,10 @@ class Exposition:
 
     # ------------------------------------------------------------ families
     def families(self, *, cache_config: dict[str, str] | None, count_nans: bool,
-                 kv_cache_metrics: bool) -> Iterator[Metric]:
+                 kv_cache_metrics: bool,
+                 lora_info: tuple[int, dict[str, float]] | None = None) -> Iterator[Metric]:
+        """``lora_info``: with LoRA on, the engine's max_loras and every adapter
+        list seen with the time it was last seen (``EngineMetrics.lora_info``)."""
         yield self.counter("vllm:estimated_flops_per_gpu_total",
                            "Estimated number of floating point operations per GPU "
                            "(for Model Flops Utilization calculations).", lambda es: es.flops)
@@ -269,6 +272,16 @@ class Exposition:
             yield h("vllm:kv_block_reuse_gap_seconds", "Histogram of time gaps between "
                     "consecutive KV cache block accesses. Only the most recent accesses "
                     "are recorded (ring buffer)." + sampled, lambda es: es.kv_residency[2])
+        if lora_info is not None:
+            # vLLM's labels: both lists hold every adapter with a request waiting or
+            # running; each list ever seen stays a series, valued when last seen.
+            max_lora, seen = lora_info
+            g = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
+                                  labels=["max_lora", "waiting_lora_adapters",
+                                          "running_lora_adapters"])
+            for adapters, when in seen.items():
+                g.add_metric([str(max_lora), adapters, adapters], when)
+            yield g
         if cache_config is not None:
             g = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine "
                                   "CacheConfig", labels=[*cache_config, "engine"])
