@@ -1,7 +1,8 @@
 """``engine-core``'s own logic: arguments, CPU defaults, signals, exit status.
 
-All of it without vLLM (a stand-in for ``vllm serve``), except the last test:
-a real engine whose engine core process gets SIGKILLed under load.
+All of it without vLLM (a stand-in for ``vllm serve``). A real engine core
+SIGKILLed under open streams (exit 1, so that systemd restarts it) is
+tests/test_chaos.py's engine-kill run.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ from pathlib import Path
 import pytest
 
 from engine_core import cli, launcher
-from tests.support.frontend import SERVED_NAME, FrontendProcess
-from tests.support.http_client import RawRequest
-from tests.support.real_engine import still_running
 from tests.support.waits import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -227,51 +225,3 @@ def test_dead_engine_core_exits_1():
         assert "exiting 1 so that systemd restarts the engine" in err
     finally:
         proc.kill()
-
-
-# ------------------------------------------------------------------ a real engine
-
-def engine_core_processes(engine) -> list:
-    """vLLM's engine core processes below engine-core: ``vllm serve --headless``
-    runs each one as a child process titled VLLM::EngineCore (VLLM::EngineCore_DPn
-    with data parallelism), with or without VLLM_ENABLE_V1_MULTIPROCESSING."""
-    import psutil  # a vLLM dependency
-
-    cores = []
-    for p in engine.descendants():
-        try:
-            if p.cmdline()[:1] and p.cmdline()[0].startswith("VLLM::EngineCore"):
-                cores.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return cores
-
-
-@pytest.mark.real_engine
-@pytest.mark.timeout(600)
-def test_killed_engine_core_under_load_exits_1(start_real_engine, tiny_model_dir, tmp_path):
-    """The issue's case: kill -9 of EngineCore while a stream runs. vllm serve
-    --headless exits 0; engine-core must not (systemd restarts only then).
-    A requested stop (SIGTERM -> 0) is test_real_engine.py's last test."""
-    engine = start_real_engine()  # its own engine: this test kills it
-    fe = FrontendProcess(engine.handshake_addr, tiny_model_dir, tmp_path)
-    try:
-        fe.wait_healthy()
-        stream = RawRequest(fe.url, "/v1/completions", {
-            "model": SERVED_NAME, "prompt": "Hello", "max_tokens": 1000, "ignore_eos": True,
-            "stream": True})
-        stream.read_until(b"data: ", count=3, timeout=60)
-        (core,) = engine_core_processes(engine)
-        tree = engine.descendants()
-        core.kill()
-        assert engine.proc.wait(60) == 1
-        log = engine.log_tail(10)
-        assert "engine-core: vLLM exited with status 0" in log
-        assert f"{DIED} (vllm serve --headless exits 0 " in log
-        assert "exiting 1 so that systemd restarts the engine" in log
-        assert engine.wait_gone(tree, 10), still_running(tree)
-        # The stream ended: an error event, then one [DONE].
-        body = stream.read_all(timeout=30).partition(b"\r\n\r\n")[2]
-        assert body.count(b"data: [DONE]") == 1 and b'data: {"error"' in body, body[-300:]
-    finally:
-        fe.stop()

@@ -94,8 +94,8 @@ def unit_argv(name: str, instance: str | None = None) -> tuple[dict, list[str]]:
 
 
 def test_frontend_unit_execstart_parses_with_our_cli():
-    from frontend.ops import flags
     from frontend.cli import build_parser
+    from frontend.ops import flags
     unit, argv = unit_argv("vllm-frontend.service")
     assert argv[0] == INSTALLED_BIN + "frontend"
     args = build_parser().parse_args(argv[1:])  # SystemExit on any unknown flag
@@ -145,32 +145,36 @@ VLLM_PARSE = """
 import json, sys
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(json.loads(sys.argv[1]))
-print(json.dumps({"model_tag": args.model_tag, "headless": args.headless,
-                  "address": args.data_parallel_address, "port": args.data_parallel_rpc_port,
-                  "dp": [args.data_parallel_size, args.data_parallel_size_local,
-                         args.data_parallel_start_rank]}))
+for argv in json.loads(sys.argv[1]):
+    args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(argv)
+    print(json.dumps({"model_tag": args.model_tag, "headless": args.headless,
+                      "address": args.data_parallel_address, "port": args.data_parallel_rpc_port,
+                      "dp": [args.data_parallel_size, args.data_parallel_size_local,
+                             args.data_parallel_start_rank]}))
 """
+# (unit, instance, vLLM's data parallel settings); DP_SIZE=1 in the example env file.
+ENGINE_UNITS = [("vllm-engine.service", None, [1, None, None]),
+                ("vllm-engine@.service", "1", [1, 1, 1])]
 
 
-@pytest.mark.parametrize("name, instance, dp", [
-    ("vllm-engine.service", None, [1, None, None]),
-    ("vllm-engine@.service", "1", [1, 1, 1]),  # DP_SIZE=1 in the example env file
-])
-def test_engine_unit_execstart_parses_with_vllm_serve(name, instance, dp):
+def test_engine_units_execstart_parses_with_vllm_serve():
+    """vLLM's own parser (one import of it, ~30 s, for both units)."""
     if importlib.util.find_spec("vllm") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("vLLM is not installed; CI=true, so this must run")
         pytest.skip("vLLM is not installed")
-    _, argv = unit_argv(name, instance)
-    assert argv[:3] == [INSTALLED_BIN + "vllm", "serve", "/var/lib/vllm/models/Qwen2.5-7B-Instruct"]
-    proc = subprocess.run([sys.executable, "-c", VLLM_PARSE, json.dumps(argv[2:])],
+    argvs = [unit_argv(name, instance)[1] for name, instance, _ in ENGINE_UNITS]
+    for argv in argvs:
+        assert argv[:3] == [INSTALLED_BIN + "vllm", "serve",
+                            "/var/lib/vllm/models/Qwen2.5-7B-Instruct"]
+    proc = subprocess.run([sys.executable, "-c", VLLM_PARSE,
+                           json.dumps([argv[2:] for argv in argvs])],
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    parsed = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert parsed == {"model_tag": argv[2], "headless": True, "address": "127.0.0.1",
-                      "port": 29550, "dp": dp}
+    parsed = [json.loads(line) for line in proc.stdout.strip().splitlines()[-len(argvs):]]
+    assert parsed == [{"model_tag": argv[2], "headless": True, "address": "127.0.0.1",
+                       "port": 29550, "dp": dp} for argv, (_, _, dp) in zip(argvs, ENGINE_UNITS)]
 
 
 def test_rank_unit_gives_each_rank_its_own_launcher():

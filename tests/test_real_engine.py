@@ -29,18 +29,17 @@ import pytest
 from tokenizers import Tokenizer
 
 from engine_core import launcher
-from tests.support.engine_link import EngineLink
 from frontend.text import make_position
 from protocol.arrays import INLINE_THRESHOLD
 from protocol.handshake import ReadyResponse
 from protocol.sampling import ModelLimits, apply_generation_config
 from protocol.wire import EngineCoreOutputs, FinishReason, encode_add
+from tests.support.engine_link import EngineLink
 from tests.support.mock_engine import Result, make_request
 from tests.support.real_engine import (
     DTYPE,
     MAX_LOGPROBS,
     MAX_MODEL_LEN,
-    MODULE_ENGINE_ARGS,
     REPO_ROOT,
     RealEngine,
     VllmReference,
@@ -271,30 +270,6 @@ def test_logprobs_match_vllm(case, results, reference_results):
         result, expected = results[f"{case}-{i}"], reference_results[f"{case}-{i}"]
         assert_logprobs_close(sample_logprob_maps(result, k), expected["logprobs"])
         assert_logprobs_close(prompt_logprob_maps(result, k), expected["prompt_logprobs"])
-
-
-def test_plain_vllm_serve_attaches(start_real_engine, tiny_model, request_specs,
-                                   reference_results):
-    """Our launcher is a convenience: the plain `vllm serve --headless` works as well."""
-    engine = start_real_engine(*MODULE_ENGINE_ARGS, plain_vllm=True)
-    assert Path(engine.command[0]).name == "vllm" and engine.command[1] == "serve"
-    client, collector = new_client(engine)
-
-    async def drive() -> dict[str, Result]:
-        attached = Attached(client, collector, await attach(engine, client))
-        try:
-            assert attached.ready.vllm_version == "0.32.0"
-            assert await client.call_utility("get_supported_tasks") == ["generate"]
-            return await generate(attached, tiny_model, {"greedy-0": request_specs["greedy-0"]})
-        finally:
-            await client.close()
-
-    try:
-        result = asyncio.run(drive())["greedy-0"]
-    finally:
-        status = engine.stop()
-    assert status == 0
-    assert result.tokens == reference_results["greedy-0"]["token_ids"]
 
 
 def test_engine_core_without_vllm(tiny_model_dir):

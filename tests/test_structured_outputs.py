@@ -31,6 +31,7 @@ import copy
 import inspect
 import json
 import os
+import pathlib
 import re
 import textwrap
 import time
@@ -880,7 +881,8 @@ class EngineSide:
         from tests.test_real_engine import new_client
         self.engine, self.runner, self.model = engine, runner, tiny_model
         self.client, self.collector = new_client(engine)
-        ready = runner.run(attach(engine, self.client))
+        self.ready = runner.run(attach(engine, self.client))
+        ready = self.ready
         self.limits = ModelLimits(vocab_size=tiny_model.vocab_size,
                                   max_model_len=ready.max_model_len)
         self.prompt = tiny_model.tokenizer.encode(PROMPT).ids
@@ -929,8 +931,10 @@ def tiny_model(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def two_engines(start_real_engine):
-    """Started together: the first serves xgrammar-first, the second guidance-first."""
-    return start_real_engine(), start_real_engine()
+    """Started together: the first serves xgrammar-first, the second guidance-first.
+    The second is the plain ``vllm serve --headless`` command (engine-core is a
+    convenience): test_plain_vllm_serve_attaches."""
+    return start_real_engine(), start_real_engine(plain_vllm=True)
 
 
 @pytest.fixture(scope="module")
@@ -956,6 +960,20 @@ def engine_results(xgrammar_engine) -> dict[str, list]:
 
 @pytest.mark.real_engine
 @pytest.mark.timeout(900)
+def test_plain_vllm_serve_attaches(guidance_engine, xgrammar_engine):
+    """Our launcher is a convenience: the plain `vllm serve --headless` works as
+    well, and answers as the engine-core one does."""
+    command = guidance_engine.engine.command
+    assert pathlib.Path(command[0]).name == "vllm" and command[1] == "serve"
+    assert guidance_engine.ready.vllm_version == "0.32.0"
+    tasks = guidance_engine.runner.run(guidance_engine.client.call_utility("get_supported_tasks"))
+    assert tasks == ["generate"]
+    greedy = guidance_engine.generate("plain-greedy", {})
+    assert greedy[0][0] and greedy == xgrammar_engine.generate("plain-greedy", {})
+
+
+@pytest.mark.real_engine
+@pytest.mark.timeout(900)
 def test_constrained_output_obeys_its_constraint(engine_results):
     for name, (fields, obeys) in ENGINE_CASES.items():
         for tokens, finish, text in engine_results[name]:
@@ -969,7 +987,7 @@ def test_constrained_output_obeys_its_constraint(engine_results):
 def test_constrained_output_equals_vllm_server(vllm_frontend, engine_results, tiny_model):
     """The same requests to vLLM's own server (on its own engine, also
     xgrammar-first): the same tokens and finish reasons."""
-    from tests.helpers import post
+    from tests.support.http_client import post
     prompt = tiny_model.tokenizer.encode(PROMPT).ids
     for name, (fields, _) in ENGINE_CASES.items():
         body = {"model": "tiny", "prompt": prompt, "max_tokens": ENGINE_MAX_TOKENS,

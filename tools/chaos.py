@@ -12,7 +12,7 @@ instead, and passes when the streams do hang and then resume).
     ``[DONE]``, /health turns 503; kill -> last stream ended (goal < 1.5 s).
     Then a new engine on the same address, as systemd would start it: the
     frontend attaches it without a restart; engine ready (the frontend's
-    "engine attached" line) -> the first 200.
+    "engine rank 0 attached" line) -> the first 200.
 ``frontend-kill``
     SIGKILL of the frontend under N open streams, then a new frontend on the
     same addresses: kill -> /health 200, and the new frontend aborts the
@@ -298,7 +298,7 @@ async def engine_kill(stack: Stack, args: argparse.Namespace) -> dict:
                                               timeout=10) == 200,
                           args.start_timeout, poll=0.01)
     first_200_wall = time.time()
-    attached = log_wall_time(stack.frontend.log_path, "engine attached", t_restart_wall)
+    attached = log_wall_time(stack.frontend.log_path, "engine rank 0 attached", t_restart_wall)
     settled = await until(lambda: idle(stack.url), 10)
     summary = {
         "streams": len(streams), "max_tokens": args.max_tokens, "engine_core_pid": pid,
@@ -341,8 +341,8 @@ async def frontend_kill(stack: Stack, args: argparse.Namespace) -> dict:
     idle_at = await until(lambda: idle(stack.url), 30, poll=0.01)
     after = post_status(stack.url, completion_body(4, stream=False))
     # The new frontend's own view: sockets bound -> the running engine answered.
-    bound = log_wall_time(stack.frontend.log_path, "waiting for an engine", 0)
-    attached = log_wall_time(stack.frontend.log_path, "re-attached to a running engine", 0)
+    bound = log_wall_time(stack.frontend.log_path, "engine link (client", 0)
+    attached = log_wall_time(stack.frontend.log_path, "re-attached to running engine", 0)
     summary = {
         "streams": len(streams), "max_tokens": args.max_tokens,
         "engine_had_work_before_kill": busy and busy["engine_has_work"],
