@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
 import sys
 import tempfile
 
+from frontend import structured_outputs as so
 from frontend.engine_client import derive_addresses
-from frontend.model import load_model_info
+from frontend.model import ModelInfo, load_model_info
 from frontend.ops import flags, logs
+from frontend.parsers import REASONING_PARSERS, TOOL_PARSERS, ChatParsers, ParserTokenizer
 from frontend.server import Server, ServerConfig
 from frontend.state import ServingConfig
 
@@ -61,8 +64,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-debug-endpoints", action="store_true",
                    help="serve GET /debug/state (table size, engine has_work)")
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
+    tools = p.add_argument_group("tool calling and reasoning (vLLM's flags)")
+    tools.add_argument("--enable-auto-tool-choice", action="store_true",
+                       help='parse tool calls out of the output (tool_choice "auto", '
+                            '"required", named); needs --tool-call-parser')
+    tools.add_argument("--tool-call-parser", default=None, metavar="{" + ",".join(TOOL_PARSERS)
+                       + "}", help="the model's tool call format (used with "
+                                   "--enable-auto-tool-choice)")
+    tools.add_argument("--reasoning-parser", default=None,
+                       metavar="{" + ",".join(REASONING_PARSERS) + "}",
+                       help="split the model's reasoning from its answer (the `reasoning` "
+                            "field); same as --structured-outputs-config.reasoning_parser")
+    so.add_arguments(p)
     flags.add_arguments(p)
     return p
+
+
+def tooling_from_args(args: argparse.Namespace, model: ModelInfo
+                      ) -> tuple[so.StructuredOutputsConfig, ChatParsers | None]:
+    """The structured-outputs config and the chat parsers, checked as vLLM checks
+    them at start-up. Raises ValueError with a message for the command line."""
+    config = so.config_from_args(args)
+    if args.reasoning_parser:  # vLLM: --reasoning-parser sets the config's key
+        config = dataclasses.replace(config, reasoning_parser=args.reasoning_parser)
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")
+    # Without --enable-auto-tool-choice vLLM builds no tool parser at all.
+    tool_parser = args.tool_call_parser if args.enable_auto_tool_choice else None
+    if not tool_parser and not config.reasoning_parser:
+        return config, None
+    parsers = ChatParsers(ParserTokenizer.from_model(model), tool_parser=tool_parser,
+                          reasoning_parser=config.reasoning_parser or None)
+    return config, parsers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
                                 served_names=args.served_model_name,
                                 chat_template_path=args.chat_template)
+        so_config, parsers = tooling_from_args(args, model)
     except (ValueError, OSError) as e:
         print(f"frontend: {e}", file=sys.stderr)
         return 2
@@ -91,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         serving=ServingConfig(max_logprobs=args.max_logprobs,
                               force_include_usage=args.enable_force_include_usage,
                               max_stream_buffer=args.max_stream_buffer,
-                              enable_debug_endpoints=args.enable_debug_endpoints),
-        ops=ops_config)
+                              enable_debug_endpoints=args.enable_debug_endpoints,
+                              structured_outputs=so_config),
+        ops=ops_config, parsers=parsers)
     import uvloop
     return uvloop.run(_run(Server(model, addresses, config)))
 

@@ -27,6 +27,7 @@ from frontend.openai.routes import Route, openai_routes
 from frontend.ops import admission, listeners, security, systemd
 from frontend.ops.flags import OpsConfig
 from frontend.ops.metrics import EngineMetrics, Metrics
+from frontend.parsers import ChatParsers
 from frontend.render import Renderer
 from frontend.state import AppState, ServingConfig
 from protocol.handshake import ReadyResponse
@@ -46,6 +47,7 @@ class ServerConfig:
     engine_state_file: str | None = None
     serving: ServingConfig = field(default_factory=ServingConfig)
     ops: OpsConfig = field(default_factory=OpsConfig)
+    parsers: ChatParsers | None = None  # tool-call and reasoning parsers
 
 
 class Server:
@@ -57,7 +59,8 @@ class Server:
                                    state_file=config.engine_state_file)
         engine_metrics = None if config.ops.disable_log_stats else EngineMetrics()
         self.table = Table(self.engine, model, self._model_limits, observer=engine_metrics)
-        self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model))
+        self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model),
+                              config.parsers)
         self.limits = admission.LimitsState(config.ops.max_concurrent_requests,
                                             config.max_request_body)
         self.metrics = Metrics(self.state, self.limits, engine_metrics)

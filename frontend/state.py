@@ -9,7 +9,7 @@ the engine (attached, its limits, the fingerprint), kept current by the server.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
@@ -17,7 +17,9 @@ import msgspec
 from frontend.errors import not_found_model
 from frontend.fanout import Table
 from frontend.model import ModelInfo
+from frontend.parsers import ChatParsers
 from frontend.render import Renderer
+from frontend.structured_outputs import StructuredOutputsConfig
 from protocol.handshake import ReadyResponse
 from protocol.sampling import ModelLimits
 
@@ -30,6 +32,9 @@ class ServingConfig:
     force_include_usage: bool = False
     max_stream_buffer: int = 1 << 20
     enable_debug_endpoints: bool = False
+    # --structured-outputs-config (its backend goes into every constrained request).
+    structured_outputs: StructuredOutputsConfig = field(
+        default_factory=StructuredOutputsConfig)
 
 
 class EngineLink(Protocol):
@@ -44,12 +49,15 @@ class EngineLink(Protocol):
 
 class AppState:
     def __init__(self, model: ModelInfo, config: ServingConfig, engine: EngineLink,
-                 table: Table, renderer: Renderer) -> None:
+                 table: Table, renderer: Renderer, parsers: ChatParsers | None = None) -> None:
         self.model = model
         self.config = config
         self.engine = engine
         self.table = table
         self.renderer = renderer
+        # The tool-call parser (--enable-auto-tool-choice --tool-call-parser) and
+        # the reasoning parser (--reasoning-parser); None when neither is set.
+        self.parsers = parsers
         self.ready: ReadyResponse | None = None  # the attached engine's facts
         self.system_fingerprint: str | None = None
         self.draining = False

@@ -409,11 +409,6 @@ KNOWN_DIFFERENCES: dict[str, tuple[str, int, str]] = {
         "beam search is a separate, slow code path in vLLM (a search loop over many "
         "engine requests in the frontend); this frontend does not implement it and "
         "says so with 501", 501, "NotImplementedError"),
-    "completions-response-format": (
-        "structured outputs need the engine's grammar backend to be given a compiled "
-        "grammar spec by the frontend (xgrammar/guidance in vLLM's Python frontend); "
-        "not implemented here, rejected with 400 instead of silently ignored",
-        400, "BadRequestError"),
 }
 
 # ------------------------------------------------------------------ HTTP

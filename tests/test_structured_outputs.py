@@ -96,6 +96,8 @@ def test_config_default_is_vllms():
     (["--structured-outputs-config.backend", "xgrammar"], {"backend": "xgrammar"}),
     (["--structured-outputs-config.backend=guidance"], {"backend": "guidance"}),
     (["--structured_outputs_config.backend", "guidance"], {"backend": "guidance"}),
+    (["--structured-outputs-config.reasoning_parser", "deepseek_r1"],
+     {"reasoning_parser": "deepseek_r1"}),
     (["--structured-outputs-config.backend", "guidance",
       "--structured-outputs-config.disable_any_whitespace", "true",
       "--structured-outputs-config.disable_additional_properties", "True"],
@@ -122,7 +124,8 @@ def test_config_flag_forms(argv, expected):
      "disable_additional_properties is only supported for the guidance backend."),
     (['--structured-outputs-config', '{"backnd": "xgrammar"}'], "unknown key(s) backnd"),
     (["--structured-outputs-config.disable_any_whitespace", "maybe"], "must be a boolean"),
-    (["--structured-outputs-config.reasoning_parser", "deepseek_r1"], "reasoning parsers"),
+    (["--structured-outputs-config.reasoning_parser", "bogus"], "unknown reasoning parser"),
+    (["--structured-outputs-config.reasoning_parser_plugin", "x.py"], "plugins are not"),
 ])
 def test_config_refusals(argv, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -969,7 +972,7 @@ def test_constrained_output_obeys_its_constraint(engine_results):
 def test_constrained_output_equals_vllm_server(vllm_frontend, engine_results, tiny_model):
     """The same requests to vLLM's own server (on its own engine, also
     xgrammar-first): the same tokens and finish reasons."""
-    from tests.helpers import post
+    from tests.support.http_client import post
     prompt = tiny_model.tokenizer.encode(PROMPT).ids
     for name, (fields, _) in ENGINE_CASES.items():
         body = {"model": "tiny", "prompt": prompt, "max_tokens": ENGINE_MAX_TOKENS,
