@@ -42,20 +42,44 @@ STREAM_STEP_TIMES = (float(STEP_TIME), 0.03, 0.08, 0.2)
 RETRIES: list[int] = []  # per compared stream: how many of vLLM's had merged steps
 IGNORED = ("id", "created", "system_fingerprint")
 
-# name -> (tool parser, reasoning parser)
-CONFIGS: dict[str, tuple[str | None, str | None]] = {
-    **{tool: (tool, None) for tool in CASES},
-    **{f"{tool}+{reasoning}": (tool, reasoning) for tool, reasoning, _ in WITH_REASONING},
-    "deepseek_r1": (None, "deepseek_r1"),
-    "qwen3": (None, "qwen3"),
-    "mistral+mistral": ("mistral", "mistral"),
+# A selection of the in-process cases (they run there in full, in every
+# chunking): per parser the calls, text around them, malformed and partial
+# calls, forced choices; per reasoning parser the markers, hidden reasoning and
+# prompts that already end the reasoning.
+TOOL_CASES = {
+    "hermes": ["plain", "two-calls", "text-after", "truncated", "malformed-json",
+               "second-malformed", "partial-tag-at-end", "unicode-args", "required", "named",
+               "choice-none", "no-eos"],
+    "llama3_json": ["one-call", "python-tag", "two-calls", "truncated", "malformed",
+                    "brace-in-text", "unicode", "named", "required"],
+    "pythonic": ["one-call", "two-calls", "literals", "truncated", "mismatched", "text-after",
+                 "required", "required-malformed", "named"],
+    "qwen3_coder": ["one-call", "typed", "two-calls", "truncated", "no-param-close", "unicode",
+                    "think-as-content", "required"],
+    "mistral": ["one-call", "text-before", "two-calls", "truncated", "nested-strings",
+                "skipped-special", "required"],
 }
+REASONING_CASES = ["tags", "no-start", "no-end", "twice", "unicode", "hidden", "no-eos",
+                   "prompt-opened", "prompt-closed", "partial-end-tag"]
+COMBINED = ["qwen3-hermes", "qwen3-hermes-implicit", "r1-hermes-no-start",
+            "qwen3-hermes-no-thinking", "qwen3-hermes-hidden", "qwen3-coder",
+            "qwen3-coder-implicit", "r1-pythonic", "r1-llama", "qwen3-mistral", "r1-mistral"]
+
 RUNS: list[tuple[str, Case]] = [
-    *((tool, case) for tool, cases in CASES.items() for case in cases),
-    *((f"{tool}+{reasoning}", case) for tool, reasoning, case in WITH_REASONING),
-    *((name, case) for name in ("deepseek_r1", "qwen3") for case in COMMON),
-    *(("mistral+mistral", case) for case in MISTRAL[:4]),
+    *((tool, case) for tool, cases in CASES.items() for case in cases
+      if case.id in TOOL_CASES[tool]),
+    *((f"{tool}+{reasoning}", case) for tool, reasoning, case in WITH_REASONING
+      if case.id in COMBINED),
+    *((name, case) for name in ("deepseek_r1", "qwen3") for case in COMMON
+      if case.id in REASONING_CASES),
+    *(("mistral+mistral", case) for case in MISTRAL[:2]),
 ]
+# name -> (tool parser, reasoning parser)
+PARSERS = {**{tool: (tool, None) for tool in CASES},
+           **{f"{tool}+{reasoning}": (tool, reasoning) for tool, reasoning, _ in WITH_REASONING},
+           "deepseek_r1": (None, "deepseek_r1"), "qwen3": (None, "qwen3"),
+           "mistral+mistral": ("mistral", "mistral")}
+CONFIGS = {name: PARSERS[name] for name in dict.fromkeys(name for name, _ in RUNS)}
 
 
 @pytest.fixture(scope="module")
@@ -231,4 +255,6 @@ def test_runs_cover_every_parser():
     assert tools == {"hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder"}
     assert {TOOL_PARSERS[t] for t in TOOL_PARSERS} == {TOOL_PARSERS[t] for t in tools}
     assert reasoning == set(REASONING_PARSERS)
-    assert len(RUNS) >= 150
+    selected = sum(len(ids) for ids in TOOL_CASES.values()) + len(COMBINED) \
+        + 2 * len(REASONING_CASES) + 2
+    assert len(RUNS) == selected >= 70  # (a renamed case would drop out silently)

@@ -406,6 +406,11 @@ class ChatView:
 
     # ------------------------------------------------------------ streaming
     async def stream(self, request: web.Request) -> web.StreamResponse:
+        self.start_stream()
+        return await stream_group(request, self.group, self._render, self._closing)
+
+    def start_stream(self) -> None:
+        """Per-stream state and the byte prefix every chunk shares."""
         group, state = self.group, self.state
         self.include_usage, self.continuous = stream_usage_flags(
             self.req.stream_options, state.config.force_include_usage)
@@ -415,9 +420,8 @@ class ChatView:
         self.head = b"data: " + prefix + b',"choices":[{"index":'
         self.num_prompt = len(self.rendered.token_ids)
         self.started = False
-        chunk = self._chunk if self.hooks is None else self._parsed_chunk
-        self._chunk_of = chunk
-        return await stream_group(request, group, self._render, self._closing)
+        # Parsed choices (tools, reasoning) get the parser's deltas.
+        self._chunk_of = self._chunk if self.hooks is None else self._parsed_chunk
 
     def _render(self, deltas: list[Delta]) -> bytes:
         parts = []

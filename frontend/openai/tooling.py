@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from frontend import grammars
 from frontend import structured_outputs as so
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.parsers import (
@@ -34,8 +35,10 @@ from frontend.parsers import (
     message_parts,
 )
 from frontend.parsers.composite import named_tool
+from frontend.parsers.structural_tag import output_format, tools_or_output
 from frontend.parsers.types import Delta as ParsedDelta
 from protocol.errors import ValidationError
+from protocol.structured import CONSTRAINTS
 
 if TYPE_CHECKING:
     from frontend.fanout import Choice, Delta
@@ -102,7 +105,7 @@ def normalize_tools(tools: Any) -> list[dict] | None:
     the tools as vLLM passes them to the chat template: ``{"type": "function",
     "function": {"name", "description", "parameters"}}``, ``strict`` and
     ``defer_loading`` only where set (a tool-level ``defer_loading`` moves into
-    the function)."""
+    the function, and stays)."""
     if tools is None:
         return None
     if not isinstance(tools, list):
@@ -138,7 +141,10 @@ def normalize_tools(tools: Any) -> list[dict] | None:
         for name in ("strict", "defer_loading"):
             if dumped[name] is None:
                 del dumped[name]
-        normalized.append({"type": "function", "function": dumped})
+        tool_dump: dict[str, Any] = {"type": "function", "function": dumped}
+        if tool_defer is not None:
+            tool_dump["defer_loading"] = tool_defer
+        normalized.append(tool_dump)
     return normalized
 
 
@@ -297,10 +303,8 @@ def plan(parsers: ChatParsers | None, *, tools: list[dict] | None, tool_choice: 
             tooling.constraints = so.Constraints({"structural_tag": adjustment.structural_tag},
                                                  None)
         elif adjustment.structural_tag_model is not None:
-            # vLLM joins the tool call tag with the request's own constraint here.
-            raise ApiError('tool_choice="auto" with `strict` tools and a structured output '
-                           "constraint at once is not supported by this frontend; drop "
-                           "`strict` or the constraint", param="tools")
+            tooling.constraints = _tools_or_output(adjustment.structural_tag_model, tools,
+                                                   parallel_tool_calls, constraints)
         elif adjustment.json_schema is not None:
             tooling.constraints = so.Constraints({"json": adjustment.json_schema}, None)
         tooling.skip_special_tokens = adjustment.skip_special_tokens
@@ -313,6 +317,29 @@ def plan(parsers: ChatParsers | None, *, tools: list[dict] | None, tool_choice: 
     elif not include_reasoning:
         tooling.reasoning_ended = True
     return tooling
+
+
+def _tools_or_output(model: str, tools: list[dict], parallel_tool_calls: bool | None,
+                     constraints: so.Constraints) -> so.Constraints:
+    """"auto" with strict tools and the request's own constraint: vLLM lets the
+    model either call a tool or write the constrained output, when xgrammar
+    can compile that constraint (else the constraint alone applies)."""
+    values = {**(constraints.structured_outputs or {}), **(constraints.override or {})}
+    kind = next((k for k in CONSTRAINTS if values.get(k) is not None), None)
+    if kind is None:
+        return constraints  # no constraint after all: resolve() reports it
+    spec = values[kind]
+    if spec and grammars.xgrammar_error(kind, spec) is not None:
+        return constraints
+    lark = kind == "grammar" and grammars.grammar_is_likely_lark(spec)
+    output = None if lark else output_format(kind, spec)
+    if output is None:  # vLLM converts these with xgrammar, which needs torch
+        what = "Lark grammar" if lark else kind
+        raise ApiError(f'tool_choice="auto" with `strict` tools and a {what} constraint at '
+                       "once is not supported by this frontend; drop `strict`, or use a "
+                       "JSON schema, regex, choice or EBNF grammar", param="tools")
+    return so.Constraints(
+        {"structural_tag": tools_or_output(model, tools, parallel_tool_calls, output)}, None)
 
 
 def install_stream_parsers(tooling: ChatTooling, choices: list[Choice]
