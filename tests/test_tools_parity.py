@@ -524,3 +524,5 @@ def test_parity(case: Case, request) -> None:
     if case.check is not None:
         answer = answer_of(case, ours)
         assert case.check(answer), answer
+    if case.servers != "plain":  # (the frontend fixture checks the plain one)
+        request.getfixturevalue("reasoning_servers").ours.wait_idle()
