@@ -10,11 +10,13 @@ import re
 import sys
 import tempfile
 
+from frontend import structured_outputs as so
 from frontend.engine_client import derive_addresses
 from frontend.lora import parse_lora_modules
-from frontend.model import load_model_info
+from frontend.model import ModelInfo, load_model_info
 from frontend.ops import flags, logs
 from frontend.ops.tracing import RequestTracer
+from frontend.parsers import REASONING_PARSERS, TOOL_PARSERS, ChatParsers, ParserTokenizer
 from frontend.routing import POLICIES
 from frontend.server import Server, ServerConfig
 from frontend.state import ServingConfig
@@ -92,6 +94,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "--lora-modules); adapters can also be loaded at run time with "
                         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true")
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
+    tools = p.add_argument_group("tool calling and reasoning (vLLM's flags)")
+    tools.add_argument("--enable-auto-tool-choice", action="store_true",
+                       help='parse tool calls out of the output (tool_choice "auto", '
+                            '"required", named); needs --tool-call-parser')
+    tools.add_argument("--tool-call-parser", default=None, metavar="{" + ",".join(TOOL_PARSERS)
+                       + "}", help="the model's tool call format (used with "
+                                   "--enable-auto-tool-choice)")
+    tools.add_argument("--reasoning-parser", default=None,
+                       metavar="{" + ",".join(REASONING_PARSERS) + "}",
+                       help="split the model's reasoning from its answer (the `reasoning` "
+                            "field); same as --structured-outputs-config.reasoning_parser")
+    so.add_arguments(p)
     flags.add_arguments(p)
     return p
 
@@ -100,6 +114,24 @@ def runtime_lora_updating() -> bool:
     """vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: "1" or "true", any case."""
     value = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0")
     return value.strip().lower() in ("1", "true")
+
+
+def tooling_from_args(args: argparse.Namespace, model: ModelInfo
+                      ) -> tuple[so.StructuredOutputsConfig, ChatParsers | None]:
+    """The structured-outputs config and the chat parsers, checked as vLLM checks
+    them at start-up. Raises ValueError with a message for the command line."""
+    config = so.config_from_args(args)
+    if args.reasoning_parser:  # vLLM: --reasoning-parser sets the config's key
+        config = dataclasses.replace(config, reasoning_parser=args.reasoning_parser)
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise ValueError("--enable-auto-tool-choice requires --tool-call-parser")
+    # Without --enable-auto-tool-choice vLLM builds no tool parser at all.
+    tool_parser = args.tool_call_parser if args.enable_auto_tool_choice else None
+    if not tool_parser and not config.reasoning_parser:
+        return config, None
+    parsers = ChatParsers(ParserTokenizer.from_model(model), tool_parser=tool_parser,
+                          reasoning_parser=config.reasoning_parser or None)
+    return config, parsers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,6 +172,7 @@ def prepare(args: argparse.Namespace):
     model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
                             served_names=args.served_model_name,
                             chat_template_path=args.chat_template)
+    so_config, parsers = tooling_from_args(args, model)
     if args.data_parallel_size < 1:
         raise ValueError("--data-parallel-size must be at least 1")
     if args.data_parallel_size > 1 and model.num_experts:
@@ -165,9 +198,10 @@ def prepare(args: argparse.Namespace):
                               max_stream_buffer=args.max_stream_buffer,
                               enable_debug_endpoints=args.enable_debug_endpoints,
                               runtime_lora_updating=runtime_lora_updating(),
-                              trace_requests=bool(ops_config.otlp_traces_endpoint)),
+                              trace_requests=bool(ops_config.otlp_traces_endpoint),
+                              structured_outputs=so_config),
         ops=ops_config, lora_modules=lora_modules,
-        require_lora=args.enable_lora or bool(lora_modules))
+        require_lora=args.enable_lora or bool(lora_modules), parsers=parsers)
     return model, addresses, config
 
 

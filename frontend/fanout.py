@@ -76,7 +76,7 @@ class Delta:
     """What one engine step added to one choice (streaming only)."""
 
     __slots__ = ("choice", "text", "token_ids", "logprobs", "finish_reason", "stop_reason",
-                 "queued", "_texts")
+                 "queued", "_texts", "parsed")
 
     def __init__(self, choice: "Choice", text: str, token_ids: list[int],
                  logprobs: list[Position] | None, finish_reason: str | None,
@@ -89,6 +89,8 @@ class Delta:
         self.stop_reason = stop_reason
         self.queued = False  # in its group's pending list (else held back)
         self._texts: list[str] | None = None  # pieces of merged steps, joined on take
+        # ``parsed`` (left unset unless the choice has a parser): what the
+        # choice's parser made of this delta when it was queued.
 
     def merge(self, text: str, token_ids: list[int], logprobs: list[Position] | None,
               finish_reason: str | None, stop_reason: int | str | None) -> None:
@@ -125,7 +127,7 @@ class Choice:
     __slots__ = ("group", "index", "prompt_index", "engine_id", "engine_index",
                  "prompt_token_ids", "params", "detok", "logprobs", "finish_reason",
                  "stop_reason", "finished", "num_cached_tokens", "num_dropped",
-                 "weight_version", "weight_starts", "sent_tokens", "open_delta")
+                 "weight_version", "weight_starts", "sent_tokens", "open_delta", "parser")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
                  prompt_token_ids: list[int], params: SamplingParams,
@@ -153,6 +155,11 @@ class Choice:
         # Its delta not taken by the client yet (queued or held): later steps
         # merge into it.
         self.open_delta: Delta | None = None
+        # Streaming with a tool/reasoning parser (set by the handler): called
+        # with each delta as it is queued, returns what goes in ``delta.parsed``.
+        # A parsed delta is never merged with later steps: the parser sees
+        # each engine output as vLLM's serving layer does.
+        self.parser: Callable[[Delta], object] | None = None
 
     @property
     def token_ids(self) -> list[int]:
@@ -291,7 +298,9 @@ class Table:
         group.choices.append(choice)
         return choice
 
-    def submit(self, group: Group, *, priority: int = 0, cache_salt: str | None = None) -> None:
+    def submit(self, group: Group, *, priority: int = 0, cache_salt: str | None = None,
+               reasoning_ended: bool | None = None,
+               reasoning_parser_kwargs: dict | None = None) -> None:
         """Validate and encode every engine request first; only then send any,
         all to the one rank the router picks.
 
@@ -305,7 +314,8 @@ class Table:
                 c.engine_id, c.prompt_token_ids, None, c.params, None, arrival, group.lora,
                 cache_salt, None, client_index=self.client_index, priority=priority,
                 trace_headers=group.trace_headers,
-                external_req_id=group.request_id), limits)
+                external_req_id=group.request_id, reasoning_ended=reasoning_ended,
+                reasoning_parser_kwargs=reasoning_parser_kwargs), limits)
             for c in group.choices
         ]
         candidates = self.engine.routable_ranks()
@@ -424,8 +434,12 @@ class Table:
         if group.stream:
             text = choice.detok.next_text(finished)
             if text or new_ids or finished:
-                self._stream_step(choice, text, new_ids, new_positions, finished,
-                                  stop_reason if finished else None)
+                try:
+                    self._stream_step(choice, text, new_ids, new_positions, finished,
+                                      stop_reason if finished else None)
+                except Exception:  # a parser bug must not stop the engine reader
+                    log.exception("streaming %s failed", group.request_id)
+                    self._fail_group(group, internal_error())
 
     @staticmethod
     def _stream_step(choice: Choice, text: str, new_ids: list[int],
@@ -443,12 +457,16 @@ class Table:
         due = (interval <= 1 or finished or not choice.sent_tokens
                or num_tokens - choice.sent_tokens >= interval)
         delta = choice.open_delta
+        parser = choice.parser
         if (delta is not None and (delta.logprobs is None) == (new_positions is None)
-                and (due or not delta.queued)):
+                and (not delta.queued if parser is not None else due or not delta.queued)):
             delta.merge(text, new_ids, new_positions, choice.finish_reason, stop_reason)
         else:
             if delta is not None and not delta.queued:  # cannot merge: let it go as it is
                 delta.queued = True
+                if parser is not None:
+                    delta.close()
+                    delta.parsed = parser(delta)
                 group.pending.append(delta)
             delta = choice.open_delta = Delta(choice, text, new_ids, new_positions,
                                               choice.finish_reason, stop_reason)
@@ -456,6 +474,9 @@ class Table:
             choice.sent_tokens = num_tokens
             if not delta.queued:
                 delta.queued = True
+                if parser is not None:
+                    delta.close()
+                    delta.parsed = parser(delta)
                 group.pending.append(delta)
 
     @staticmethod

@@ -35,6 +35,7 @@ from frontend.ops.metrics import Metrics
 from frontend.ops.service_metrics import ServiceMetrics
 from frontend.ops.stats import EngineMetrics, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
+from frontend.parsers import ChatParsers
 from frontend.render import Renderer
 from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
@@ -70,6 +71,7 @@ class ServerConfig:
     metrics_dir: str | None = None
     lora_modules: list[LoRAModulePath] = field(default_factory=list)
     require_lora: bool = False  # --enable-lora: the engine must support LoRA
+    parsers: ChatParsers | None = None  # tool-call and reasoning parsers
 
 
 class Server:
@@ -99,7 +101,8 @@ class Server:
         self.table = Table(self.engine, model, self._model_limits, self.router,
                            observer=engine_metrics, client_index=client,
                            num_clients=config.num_clients)
-        self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model))
+        self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model),
+                              config.parsers)
         self.limits = admission.LimitsState(config.ops.max_concurrent_requests,
                                             config.max_request_body, shared=config.shared,
                                             slot=client)

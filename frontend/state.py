@@ -10,7 +10,7 @@ current by the server.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
@@ -19,7 +19,9 @@ from frontend.errors import not_found_model
 from frontend.fanout import Table
 from frontend.lora import LoraRegistry
 from frontend.model import ModelInfo
+from frontend.parsers import ChatParsers
 from frontend.render import Renderer
+from frontend.structured_outputs import StructuredOutputsConfig
 from protocol.handshake import ReadyResponse
 from protocol.sampling import ModelLimits
 
@@ -35,6 +37,9 @@ class ServingConfig:
     # VLLM_ALLOW_RUNTIME_LORA_UPDATING: serve /v1/load_lora_adapter and unload.
     runtime_lora_updating: bool = False
     trace_requests: bool = False  # --otlp-traces-endpoint: trace headers go to the engine
+    # --structured-outputs-config (its backend goes into every constrained request).
+    structured_outputs: StructuredOutputsConfig = field(
+        default_factory=StructuredOutputsConfig)
 
 
 class EngineLink(Protocol):
@@ -58,13 +63,16 @@ class EngineLink(Protocol):
 
 class AppState:
     def __init__(self, model: ModelInfo, config: ServingConfig, engine: EngineLink,
-                 table: Table, renderer: Renderer) -> None:
+                 table: Table, renderer: Renderer, parsers: ChatParsers | None = None) -> None:
         self.model = model
         self.config = config
         self.engine = engine
         self.table = table
         self.renderer = renderer
         self.lora = LoraRegistry(engine, model.served_names)
+        # The tool-call parser (--enable-auto-tool-choice --tool-call-parser) and
+        # the reasoning parser (--reasoning-parser); None when neither is set.
+        self.parsers = parsers
         self.ready: ReadyResponse | None = None  # the attached engine's facts
         self.system_fingerprint: str | None = None
         self.draining = False

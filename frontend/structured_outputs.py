@@ -22,7 +22,9 @@ engine builds one backend from the first constrained request it sees and uses
 it for every later one, whatever their ``_backend`` says; vLLM's own server
 sends the same values, so a shared engine behaves the same behind either.
 Whitespace options take effect in the engine: give them to the engine's
-``vllm serve --headless --structured-outputs-config ...`` as well.
+``vllm serve --headless --structured-outputs-config ...`` as well. So does the
+reasoning parser (``reasoning_parser``, or ``--reasoning-parser``): the engine
+uses its own to hold a grammar back until the reasoning has ended.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 from frontend import grammars
 from frontend.errors import ApiError, from_validation
+from frontend.parsers.registry import REASONING_PARSERS
 from protocol.errors import ValidationError
 from protocol.structured import StructuredOutputsParams, check_content
 
@@ -72,8 +75,12 @@ class StructuredOutputsConfig:
         if self.disable_additional_properties and self.backend != "guidance":
             raise ValueError("disable_additional_properties is only supported for the "
                              "guidance backend.")
-        if self.reasoning_parser or self.reasoning_parser_plugin:
-            raise ValueError(f"{FLAG}: reasoning parsers are not supported by this frontend")
+        if self.reasoning_parser and self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(f"unknown reasoning parser {self.reasoning_parser!r}; available: "
+                             f"{', '.join(sorted(REASONING_PARSERS))}")
+        if self.reasoning_parser_plugin:
+            raise ValueError(f"{FLAG}: reasoning parser plugins are not supported by this "
+                             "frontend (its parsers are its own code)")
 
 
 _CONFIG_FIELDS = {f.name: f.type for f in fields(StructuredOutputsConfig)}

@@ -64,6 +64,12 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, gc=False):
     trace_headers: dict[str, str] | None = None
     resumable: bool = False
     external_req_id: str | None = None
+    # Structured outputs with a reasoning parser: True starts the grammar at
+    # the first output token, False/None lets the engine's own reasoning
+    # parser hold it back until the reasoning ends (None: it checks the prompt).
+    reasoning_ended: bool | None = None
+    # {"chat_template_kwargs": {...}} for the engine's reasoning parser.
+    reasoning_parser_kwargs: dict[str, Any] | None = None
 
 
 class LogprobsLists(msgspec.Struct, array_like=True, gc=False):

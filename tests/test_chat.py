@@ -717,15 +717,12 @@ def test_template_errors(stack, messages, message):
     ({"messages": HI, "tools": [{"type": "function", "function": {"name": "f"}}]},
      '"auto" tool choice requires --enable-auto-tool-choice'),
     ({"messages": HI, "tools": [{"type": "function", "function": {"name": "f"}}],
-      "tool_choice": "none"}, "tools are not supported"),
-    ({"messages": HI, "tools": [{"type": "function", "function": {"name": "f"}}],
       "tool_choice": "required"}, 'tool_choice="required" requires --tool-call-parser'),
     ({"messages": HI, "tool_choice": "auto"}, "When using `tool_choice`, `tools` must be set"),
     ({"messages": HI, "functions": [{"name": "f"}]}, "`functions` and `function_call`"),
     ({"messages": HI, "chat_template": "{{ 1 }}"}, "--trust-request-chat-template"),
-    ({"messages": HI, "response_format": {"type": "json_object"}}, "structured outputs"),
-], ids=["image", "audio", "unknown-part", "tools-auto", "tools-none", "tools-required",
-        "tool-choice-alone", "functions", "request-template", "response-format"])
+], ids=["image", "audio", "unknown-part", "tools-auto", "tools-required",
+        "tool-choice-alone", "functions", "request-template"])
 def test_unsupported_features_are_400(stack, body, fragment):
     err = chat(stack.url, {**body, "max_tokens": 2}, 400)
     assert fragment in err["message"]

@@ -202,8 +202,8 @@ SHAPES: list[Shape] = [
     error("cache-salt", cache_salt="a/b"),
     # ---------------------------------------------------------------- differences
     error("functions", functions=[{"name": "f"}]),
-    error("tools-with-tool-choice-none", tools=[{"type": "function", "function": {"name": "f"}}],
-          tool_choice="none"),
+    shape("tools-with-tool-choice-none",
+          tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="none"),
     error("unknown-part-type", [{"role": "user", "content": [{"type": "video", "x": 1}]}]),
     error("missing-role", [{"content": "Hi"}]),
 ]
@@ -228,9 +228,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
     "error-functions": "vLLM ignores the deprecated `functions`/`function_call` fields and "
                        "generates as if they were absent; we answer 400 so that a client "
                        "does not believe function calling is active",
-    "error-tools-with-tool-choice-none": "vLLM renders `tools` into the chat template when "
-                                         "tool_choice is 'none'; we have no tool support "
-                                         "and answer 400",
 }
 
 

@@ -405,11 +405,6 @@ MESSAGE_DIFFERS: dict[str, str] = {
 # error type). The test checks that we answer so, and that vLLM still does not
 # (so that a stale entry shows up).
 KNOWN_DIFFERENCES: dict[str, tuple[str, int, str]] = {
-    "completions-response-format": (
-        "structured outputs need the engine's grammar backend to be given a compiled "
-        "grammar spec by the frontend (xgrammar/guidance in vLLM's Python frontend); "
-        "not implemented here, rejected with 400 instead of silently ignored",
-        400, "BadRequestError"),
 }
 
 # ------------------------------------------------------------------ HTTP

@@ -97,6 +97,8 @@ def test_config_default_is_vllms():
     (["--structured-outputs-config.backend", "xgrammar"], {"backend": "xgrammar"}),
     (["--structured-outputs-config.backend=guidance"], {"backend": "guidance"}),
     (["--structured_outputs_config.backend", "guidance"], {"backend": "guidance"}),
+    (["--structured-outputs-config.reasoning_parser", "deepseek_r1"],
+     {"reasoning_parser": "deepseek_r1"}),
     (["--structured-outputs-config.backend", "guidance",
       "--structured-outputs-config.disable_any_whitespace", "true",
       "--structured-outputs-config.disable_additional_properties", "True"],
@@ -123,7 +125,8 @@ def test_config_flag_forms(argv, expected):
      "disable_additional_properties is only supported for the guidance backend."),
     (['--structured-outputs-config', '{"backnd": "xgrammar"}'], "unknown key(s) backnd"),
     (["--structured-outputs-config.disable_any_whitespace", "maybe"], "must be a boolean"),
-    (["--structured-outputs-config.reasoning_parser", "deepseek_r1"], "reasoning parsers"),
+    (["--structured-outputs-config.reasoning_parser", "bogus"], "unknown reasoning parser"),
+    (["--structured-outputs-config.reasoning_parser_plugin", "x.py"], "plugins are not"),
 ])
 def test_config_refusals(argv, message):
     with pytest.raises(ValueError, match=re.escape(message)):

@@ -180,7 +180,8 @@ def assert_sampling_equal(ours: SamplingParams, theirs: Any) -> None:
 REQUEST_LEVEL = ("request_id", "prompt_token_ids", "mm_features", "pooling_params",
                  "arrival_time", "lora_request", "cache_salt", "data_parallel_rank",
                  "prompt_embeds", "prompt_is_token_ids", "client_index", "current_wave",
-                 "priority", "trace_headers", "resumable", "external_req_id")
+                 "priority", "trace_headers", "resumable", "external_req_id",
+                 "reasoning_ended", "reasoning_parser_kwargs")
 
 
 def assert_request_equal(ours: wire.EngineCoreRequest, theirs: VRequest) -> None:
@@ -189,10 +190,17 @@ def assert_request_equal(ours: wire.EngineCoreRequest, theirs: VRequest) -> None
         assert getattr(theirs, name) == getattr(ours, name), name
     assert type(theirs.arrival_time) is float
     # vLLM-only trailing fields we never send take their defaults.
-    assert theirs.reasoning_ended is None and theirs.reasoning_parser_kwargs is None
     assert theirs.abort_immediately is False
     assert theirs.session_id is None and theirs.kv_hints is None
     assert_sampling_equal(ours.sampling_params, theirs.sampling_params)
+
+
+def test_request_layout_is_a_prefix_of_vllms():
+    """ADD is positional: our fields are vLLM 0.32's first ones, in its order;
+    the ones after them we never send (their defaults apply)."""
+    ours, theirs = wire.EngineCoreRequest.__struct_fields__, VRequest.__struct_fields__
+    assert theirs[:len(ours)] == ours
+    assert set(theirs[len(ours):]) == {"abort_immediately", "session_id", "kv_hints"}
 
 
 def full_sampling_params() -> SamplingParams:
@@ -245,7 +253,10 @@ def test_private_fields_use_vllm_wire_names():
 def test_add_every_field_decodes_in_vllm():
     req = make_request(full_sampling_params(), cache_salt="tenant-7", priority=-3,
                        external_req_id="req-1", trace_headers={"traceparent": "00-ab"},
-                       data_parallel_rank=0, current_wave=2, resumable=True)
+                       data_parallel_rank=0, current_wave=2, resumable=True,
+                       reasoning_ended=False, reasoning_parser_kwargs={
+                           "chat_template_kwargs": {"enable_thinking": True,
+                                                    "documents": [{"title": "t"}]}})
     frames = wire.encode_add(req, LIMITS)
     assert frames[0] == b"\x00" and len(frames) == 2
     decoded = vllm_decode_add(frames)

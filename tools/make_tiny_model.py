@@ -48,8 +48,7 @@ import struct
 import sys
 
 import numpy as np
-from tokenizers import (AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors,
-                        trainers)
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 # --------------------------------------------------------------------------
 # Fixed parameters.  Changing any of them changes the output bytes.

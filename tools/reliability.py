@@ -23,7 +23,6 @@ import platform
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from tools.bench import procs
 

@@ -17,9 +17,10 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from frontend import structured_outputs as so
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
-from frontend.openai import beam_search
+from frontend.openai import beam_search, tooling
 from frontend.openai.common import (
     StreamOptions,
     as_n,
@@ -36,8 +37,10 @@ from frontend.openai.sampling import (
     check_max_output_tokens,
     child_params,
     get_max_tokens,
+    resolve_structured_outputs,
 )
 from frontend.openai.sse import stream_group
+from frontend.parsers import stream_finish_reason
 from frontend.render import RenderedChat, check_template_override, template_kwargs
 from frontend.state import AppState
 from frontend.text import Position
@@ -119,30 +122,22 @@ def _invalid(message: str, parameter: str | None = None, value: Any = None) -> A
     return from_validation(ValidationError(message, parameter=parameter, value=value))
 
 
-def validate_request(req: ChatCompletionRequest) -> None:
+def validate_request(req: ChatCompletionRequest) -> so.Constraints:
     """vLLM's request-model checks, before anything else runs.
 
     First its ``mode="before"`` model validators in pydantic's order (the last
     defined runs first; their errors are plain BadRequestErrors), then the field
-    constraints (schema errors, "Bad Request").
+    constraints (schema errors, "Bad Request"). Returns the request's grammar
+    constraint fields.
     """
     # check_generation_prompt: only values the client sent count
     if req.continue_final_message and req.add_generation_prompt is True:
         raise _invalid("Cannot set both `continue_final_message` and "
                        "`add_generation_prompt` to True.")
-    # check_tool_usage
-    if req.tools == []:
-        raise _invalid("`tools` must not be an empty array. Either provide at least one "
-                       "tool or omit the field entirely.", "tools")
-    if req.tool_choice is msgspec.UNSET:
-        req.tool_choice = "auto" if req.tools else "none"
-    choice = req.tool_choice
-    if choice is not None and choice != "none":
-        if req.tools is None:
-            raise _invalid("When using `tool_choice`, `tools` must be set.", "tool_choice")
-        if choice not in ("auto", "required") and not isinstance(choice, dict):
-            raise _invalid(f"Invalid value for `tool_choice`: {choice}! Only named tools, "
-                           '"none", "auto" or "required" are supported.', "tool_choice")
+    req.tool_choice = tooling.check_tool_usage(
+        req.tools, req.tool_choice, tool_choice_set=req.tool_choice is not msgspec.UNSET)
+    so.check_structured_outputs_count(req.structured_outputs, chat=True,
+                                      tool_choice=req.tool_choice)
     # check_logprobs
     if req.logprob_token_ids and req.use_beam_search:
         raise _invalid("`logprob_token_ids` is not supported with beam search.",
@@ -174,6 +169,7 @@ def validate_request(req: ChatCompletionRequest) -> None:
     if req.stream_options and not req.stream:
         raise _invalid("Stream options can only be defined when `stream=True`.",
                        "stream_options")
+    so.check_response_format(req.response_format)
     # check_cache_salt_support
     validate_cache_salt(req.cache_salt)
 
@@ -212,33 +208,19 @@ def validate_request(req: ChatCompletionRequest) -> None:
     if req.stream_interval is not None and req.stream_interval < 1:
         raise schema_error("Input should be greater than or equal to 1",
                            "body.stream_interval")
+    req.tools = tooling.normalize_tools(req.tools)
+    tooling.check_named_tool_choice(req.tool_choice)
+    return so.parse(req.response_format, req.structured_outputs)
 
 
-def check_supported(req: ChatCompletionRequest) -> None:
-    """What this frontend (text only, no tool parser) cannot do: a clear 400."""
-    choice = req.tool_choice
-    if choice not in (None, "none"):
-        # vLLM's answers when no tool parser is configured.
-        if choice == "auto":
-            raise ApiError('"auto" tool choice requires --enable-auto-tool-choice and '
-                           "--tool-call-parser to be set")
-        if isinstance(choice, dict):
-            name = (choice.get("function") or {}).get("name") \
-                if isinstance(choice.get("function"), dict) else None
-            desc = f'function "{name}"'
-        else:
-            desc = f'"{choice}"'
-        raise ApiError(f"tool_choice={desc} requires --tool-call-parser to be set")
-    if req.tools:
-        raise ApiError("tools are not supported by this frontend (it has no tool-call "
-                       "parser); remove `tools` from the request", param="tools")
+def check_supported(req: ChatCompletionRequest, state: AppState) -> None:
+    """What vLLM refuses once the request is valid, and what this frontend
+    cannot do: a clear 400/501."""
+    tooling.tool_parsing_unavailable(state.parsers, req.tool_choice)
     if req.functions is not None or req.function_call is not None:
         raise ApiError("`functions` and `function_call` (deprecated function calling) are "
                        "not supported by this frontend", param="functions")
     check_template_override(req.chat_template, req.chat_template_kwargs)
-    if req.response_format is not None or req.structured_outputs is not None:
-        raise ApiError("structured outputs (response_format, structured_outputs) are not "
-                       "supported by this frontend", param="response_format")
     if req.logprob_token_ids:
         raise ApiError("logprob_token_ids is not supported by this frontend",
                        param="logprob_token_ids")
@@ -263,9 +245,9 @@ def count_choices(body: bytes) -> int:
 
 async def create_chat_completion(state: AppState, request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, ChatCompletionRequest)
-    validate_request(req)
+    constraints = validate_request(req)
     served = state.resolve_model(req.model)
-    check_supported(req)
+    check_supported(req, state)
     max_model_len = state.max_model_len
     if req.max_completion_tokens is not None:
         requested, param = req.max_completion_tokens, "max_completion_tokens"
@@ -275,29 +257,45 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
     add_generation_prompt = req.add_generation_prompt is not False
     renderer = state.renderer
     arrival = time.monotonic()  # before tokenization, as vLLM's arrival_time
+    kwargs = template_kwargs(req.chat_template_kwargs, documents=req.documents,
+                             reasoning_effort=req.reasoning_effort)
+    if req.tools is not None:  # as vLLM dumps them; the client's kwargs win
+        kwargs = {"tools": req.tools, **kwargs}
     rendered = await renderer.render_chat(
         renderer.parse_messages(req.messages), add_generation_prompt=add_generation_prompt,
-        continue_final_message=req.continue_final_message,
-        kwargs=template_kwargs(req.chat_template_kwargs, documents=req.documents,
-                               reasoning_effort=req.reasoning_effort),
+        continue_final_message=req.continue_final_message, kwargs=kwargs,
         add_special_tokens=req.add_special_tokens, truncate=req.truncate_prompt_tokens,
         truncation_side=req.truncation_side, max_output_tokens=requested or 0)
     prompt_ids = rendered.token_ids
+    plan = tooling.plan(
+        state.parsers, tools=req.tools, tool_choice=req.tool_choice,
+        parallel_tool_calls=req.parallel_tool_calls, include_reasoning=req.include_reasoning,
+        response_format=req.response_format, structured_outputs=req.structured_outputs,
+        constraints=constraints, prompt_token_ids=prompt_ids,
+        template_kwargs=tooling.parser_template_kwargs(
+            req.chat_template_kwargs, add_generation_prompt=add_generation_prompt,
+            continue_final_message=req.continue_final_message, documents=req.documents,
+            reasoning_effort=req.reasoning_effort))
     if req.use_beam_search:
         return await beam_search.serve(
             state, request, req, f"chatcmpl-{request_id_for(request, req.request_id)}",
             [prompt_ids], requested, state.lora.get(served),
-            lambda group: ChatView(state, req, group, served, rendered, add_generation_prompt))
+            lambda group: ChatView(state, req, group, served, rendered,
+                                   add_generation_prompt, plan))
 
     fields = msgspec.structs.asdict(req)
     fields["logprobs"] = req.top_logprobs if req.logprobs else None
     if req.prompt_logprobs is None and req.echo:
         fields["prompt_logprobs"] = req.top_logprobs
+    if plan.skip_special_tokens is False:  # the parser reads its marker tokens
+        fields["skip_special_tokens"] = False
     model = state.model
     max_tokens = get_max_tokens(max_model_len, requested, len(prompt_ids),
                                 model.default_sampling)
     params = build_sampling_params(model, fields, max_tokens=max_tokens,
                                    stream=bool(req.stream))
+    params.structured_outputs = await resolve_structured_outputs(
+        plan.constraints, state.config.structured_outputs)
     rid = request_id_for(request, req.request_id)
     group = Group(f"chatcmpl-{rid}", stream=bool(req.stream),
                   max_pending=state.config.max_stream_buffer, arrival=arrival)
@@ -305,29 +303,42 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
     for j in range(params.n):
         state.table.add_choice(group, index=j, prompt_index=0, prompt_token_ids=prompt_ids,
                                params=child_params(params, j))
-    view = ChatView(state, req, group, served, rendered, add_generation_prompt)
+    view = ChatView(state, req, group, served, rendered, add_generation_prompt, plan)
     return await serve_group(state, request, group, view, priority=req.priority,
-                             cache_salt=req.cache_salt)
+                             cache_salt=req.cache_salt, reasoning_ended=plan.reasoning_ended,
+                             reasoning_parser_kwargs=plan.reasoning_parser_kwargs)
 
 
 # ---------------------------------------------------------------------------- responses
 
 class ChatView:
-    """Turns a group's choices into OpenAI chat completion JSON."""
+    """Turns a group's choices into OpenAI chat completion JSON.
+
+    With a tool-call or reasoning parser (``plan.parsing``) each choice's
+    output is parsed into reasoning, content and tool calls: whole, or per
+    engine output while streaming (the table calls the choice's
+    :class:`~frontend.openai.tooling.StreamParser` as it queues each delta).
+    """
 
     def __init__(self, state: AppState, req: ChatCompletionRequest, group: Group,
-                 served: str, rendered: RenderedChat, add_generation_prompt: bool) -> None:
+                 served: str, rendered: RenderedChat, add_generation_prompt: bool,
+                 plan: tooling.ChatTooling) -> None:
         self.state = state
         self.req = req
         self.group = group
         self.model_name = served
         self.rendered = rendered
+        self.plan = plan
         self.created = int(group.created)
         messages = req.messages
         self.role = (RESPONSE_ROLE if add_generation_prompt
                      else messages[-1].get("role") if messages else RESPONSE_ROLE)
         self.echo_text = self._echo_text() if req.echo else ""
         self.prompt_text = rendered.text if req.return_prompt_text else None
+        # Streaming with a parser: one per choice, installed as the table's hook
+        # before the engine requests go out.
+        self.hooks = (tooling.install_stream_parsers(plan, group.choices)
+                      if req.stream else None)
 
     def _echo_text(self) -> str:
         """The last message's content when its role is the response's (vLLM's echo)."""
@@ -347,27 +358,42 @@ class ChatView:
                              bool(self.req.return_tokens_as_token_ids),
                              token_bytes=not self.req.use_beam_search)
 
+    def _completion_details(self, reasoning_tokens: int) -> dict | None:
+        """usage.completion_tokens_details: vLLM's reasoning count with a reasoning parser."""
+        return {"reasoning_tokens": reasoning_tokens} if self.plan.reasoning_details else None
+
     # ------------------------------------------------------------ non-streaming
     def full_response(self) -> dict:
-        req = self.req
+        req, plan = self.req, self.plan
+        hide = plan.hide_metadata
         choices = []
-        num_generated = 0
+        num_generated = reasoning_tokens = 0
         for choice in sorted(self.group.choices, key=lambda c: c.index):
             positions = choice.logprobs.sample if choice.logprobs else None
+            if plan.parsing:
+                fields, finish_reason, reasoning = plan.message(
+                    choice.text, choice.token_ids, choice.finish_reason)
+                reasoning_tokens += reasoning
+            else:
+                fields = {"content": choice.text, "refusal": None, "annotations": None,
+                          "audio": None, "function_call": None, "reasoning": None}
+                finish_reason = choice.finish_reason or "stop"
+            if req.echo:
+                fields["content"] = self.echo_text + (fields["content"] or "")
             choices.append({
                 "index": choice.index,
-                "message": {"role": self.role, "content": self.echo_text + choice.text,
-                            "refusal": None, "annotations": None, "audio": None,
-                            "function_call": None, "reasoning": None},
-                "logprobs": self._logprobs(choice.token_ids, positions),
-                "finish_reason": choice.finish_reason or "stop",
+                "message": {"role": self.role, **fields},
+                "logprobs": None if hide else self._logprobs(choice.token_ids, positions),
+                "finish_reason": finish_reason,
                 "stop_reason": choice.stop_reason,
-                "token_ids": choice.token_ids if req.return_token_ids else None,
+                "token_ids": choice.token_ids if req.return_token_ids and not hide else None,
                 "routed_experts": None,
             })
             num_generated += len(choice.token_ids)
         first = self.group.choices[0]
         prompt_ids = self.rendered.token_ids
+        usage = usage_dict(len(prompt_ids), num_generated, details=True)
+        usage["completion_tokens_details"] = self._completion_details(reasoning_tokens)
         return {
             "id": self.group.request_id,
             "object": "chat.completion",
@@ -376,7 +402,7 @@ class ChatView:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": self.state.system_fingerprint,
-            "usage": usage_dict(len(prompt_ids), num_generated, details=True),
+            "usage": usage,
             "prompt_logprobs": prompt_logprobs_json(
                 first.logprobs.prompt if first.logprobs else None),
             "prompt_token_ids": prompt_ids if req.return_token_ids else None,
@@ -388,6 +414,11 @@ class ChatView:
 
     # ------------------------------------------------------------ streaming
     async def stream(self, request: web.Request) -> web.StreamResponse:
+        self.start_stream()
+        return await stream_group(request, self.group, self._render, self._closing)
+
+    def start_stream(self) -> None:
+        """Per-stream state and the byte prefix every chunk shares."""
         group, state = self.group, self.state
         self.include_usage, self.continuous = stream_usage_flags(
             self.req.stream_options, state.config.force_include_usage)
@@ -397,32 +428,39 @@ class ChatView:
         self.head = b"data: " + prefix + b',"choices":[{"index":'
         self.num_prompt = len(self.rendered.token_ids)
         self.started = False
-        return await stream_group(request, group, self._render, self._closing)
+        # Parsed choices (tools, reasoning) get the parser's deltas.
+        self._chunk_of = self._chunk if self.hooks is None else self._parsed_chunk
 
     def _render(self, deltas: list[Delta]) -> bytes:
         parts = []
         if not self.started:  # the first engine output of any choice
             self.started = True
             parts.append(self._opening_chunks(self.head, self.num_prompt, self.continuous))
+        chunk = self._chunk_of
         for d in deltas:
-            parts.append(self._chunk(self.head, d, self.emitted, self.num_prompt,
-                                     self.include_usage, self.continuous))
+            parts.append(chunk(self.head, d, self.emitted, self.num_prompt,
+                               self.include_usage, self.continuous))
         return b"".join(p for p in parts if p)
 
     def _closing(self) -> bytes | None:
         if not self.include_usage:
             return None
+        usage = usage_dict(self.num_prompt, sum(self.emitted))
+        if self.plan.reasoning_details:
+            usage["completion_tokens_details"] = self._completion_details(sum(
+                hook.count_reasoning_tokens(c.token_ids)
+                for hook, c in zip(self.hooks or (), self.group.choices)))
         return self.state.json({
             "id": self.group.request_id, "object": "chat.completion.chunk",
             "created": self.created, "model": self.model_name, "choices": [],
-            "usage": usage_dict(self.num_prompt, sum(self.emitted)),
-            "system_fingerprint": self.state.system_fingerprint})
+            "usage": usage, "system_fingerprint": self.state.system_fingerprint})
 
     def _opening_chunks(self, head: bytes, num_prompt: int, continuous: bool) -> bytes:
         """One role chunk per choice (then the echo chunks), as vLLM sends them."""
         json = self.state.json
         usage = (b',"usage":' + json({**usage_dict(num_prompt, 0),
-                                      "completion_tokens_details": None})
+                                      "completion_tokens_details":
+                                          self._completion_details(0)})
                  if continuous else b"")
         role_tail = (b',"delta":' + json({"role": self.role, "content": ""})
                      + b',"logprobs":null,"finish_reason":null}]' + usage
@@ -458,6 +496,45 @@ class ChatView:
         if continuous:
             tail += b',"usage":' + json({**usage_dict(num_prompt, emitted[i]),
                                          "completion_tokens_details": None})
+        if finished and not include_usage:
+            tail += b',"system_fingerprint":' + json(self.state.system_fingerprint)
+        return head + str(i).encode() + b"," + json(body)[1:-1] + tail + b"}\n\n"
+
+    def _parsed_chunk(self, head: bytes, d: Delta, emitted: list[int], num_prompt: int,
+                      include_usage: bool, continuous: bool) -> bytes | None:
+        """A chunk of a parsed choice: the parser's delta (reasoning, content,
+        tool call pieces), as vLLM's serving layer sends it."""
+        c: Choice = d.choice
+        i = c.index
+        if not d.text and not d.token_ids and not emitted[i]:
+            return None
+        emitted[i] += len(d.token_ids)
+        hide = self.plan.hide_metadata
+        logprobs = None if hide else self._logprobs(d.token_ids, d.logprobs)
+        finished = d.finish_reason is not None
+        parsed = d.parsed
+        if parsed is None:  # nothing to show for this output (a marker token, ...)
+            if not finished and logprobs is None and (not self.req.return_token_ids or hide):
+                return None
+            delta: dict[str, Any] = {}
+        else:
+            delta = parsed.to_dict()
+        hook = self.hooks[i]
+        body: dict[str, Any] = {"delta": delta, "logprobs": logprobs,
+                                "finish_reason": None}
+        if finished:
+            body["finish_reason"] = stream_finish_reason(hook.tools_streamed,
+                                                         self.req.tool_choice, d.finish_reason)
+            body["stop_reason"] = d.stop_reason
+        body["token_ids"] = d.token_ids if self.req.return_token_ids and not hide else None
+        json = self.state.json
+        tail = b"}]"
+        if continuous:
+            details = self._completion_details(
+                hook.count_reasoning_tokens(c.token_ids[:emitted[i]])
+                if self.plan.reasoning_details else 0)
+            tail += b',"usage":' + json({**usage_dict(num_prompt, emitted[i]),
+                                         "completion_tokens_details": details})
         if finished and not include_usage:
             tail += b',"system_fingerprint":' + json(self.state.system_fingerprint)
         return head + str(i).encode() + b"," + json(body)[1:-1] + tail + b"}\n\n"

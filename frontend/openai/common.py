@@ -132,7 +132,9 @@ def warn_if_traced(headers: Mapping[str, str]) -> None:
 
 
 async def serve_group(state: AppState, request: web.Request, group: Group, view,
-                      *, priority: int, cache_salt: str | None) -> web.StreamResponse:
+                      *, priority: int, cache_salt: str | None,
+                      reasoning_ended: bool | None = None,
+                      reasoning_parser_kwargs: dict | None = None) -> web.StreamResponse:
     """Send the group's engine requests, then stream them or answer once all are
     done. Whatever happens, the group is released: unfinished engine requests
     are aborted (client gone, error) and its table entries freed."""
@@ -143,7 +145,9 @@ async def serve_group(state: AppState, request: web.Request, group: Group, view,
         warn_if_traced(request.headers)
     try:
         try:
-            table.submit(group, priority=priority, cache_salt=cache_salt)
+            table.submit(group, priority=priority, cache_salt=cache_salt,
+                         reasoning_ended=reasoning_ended,
+                         reasoning_parser_kwargs=reasoning_parser_kwargs)
         except ValidationError as e:
             raise from_validation(e) from e
         if group.stream:

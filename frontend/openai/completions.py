@@ -14,6 +14,7 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
+from frontend import structured_outputs as so
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search
@@ -33,6 +34,7 @@ from frontend.openai.sampling import (
     check_max_output_tokens,
     child_params,
     get_max_tokens,
+    resolve_structured_outputs,
 )
 from frontend.openai.sse import stream_group
 from frontend.state import AppState
@@ -97,10 +99,11 @@ def _invalid(message: str, parameter: str, value: Any = None) -> ApiError:
     return from_validation(ValidationError(message, parameter=parameter, value=value))
 
 
-def validate_request(req: CompletionRequest) -> None:
+def validate_request(req: CompletionRequest) -> so.Constraints:
     """The checks vLLM's ``mode="before"`` model validators run, in pydantic's order
     (the last defined runs first); their errors are VLLMValidationErrors, not
-    schema errors."""
+    schema errors. Then the field checks; returns the request's grammar
+    constraint fields."""
     if req.max_tokens is None:
         req.max_tokens = 16
     prompt = req.prompt
@@ -137,11 +140,14 @@ def validate_request(req: CompletionRequest) -> None:
                            "prompt_logprobs", req.prompt_logprobs)
     if req.logprobs is not None and req.logprobs < -1:
         raise _invalid("`logprobs` must be a positive value or -1.", "logprobs", req.logprobs)
+    so.check_structured_outputs_count(req.structured_outputs, chat=False)
+    so.check_response_format(req.response_format)
     validate_cache_salt(req.cache_salt)
     # Then pydantic's field validation: logprobs are ints (lax: bools and
     # integral floats convert).
     req.logprobs = _lax_int(req.logprobs, "logprobs")
     req.prompt_logprobs = _lax_int(req.prompt_logprobs, "prompt_logprobs")
+    constraints = so.parse(req.response_format, req.structured_outputs)
     if req.prompt_embeds is not None:
         # What vLLM answers when started without --enable-prompt-embeds.
         raise _invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
@@ -149,13 +155,10 @@ def validate_request(req: CompletionRequest) -> None:
     if req.suffix is not None:
         raise ApiError("suffix is only supported for models with FIM completion rendering",
                        400, "BadRequestError", "suffix")
-    if req.response_format is not None or req.structured_outputs is not None:
-        raise ApiError("structured outputs (response_format, structured_outputs) are not "
-                       "supported by this frontend", 400, "BadRequestError",
-                       "response_format")
     if req.truncate_prompt_tokens is not None and req.truncate_prompt_tokens < -1:
         raise schema_error("Input should be greater than or equal to -1",
                            "body.truncate_prompt_tokens")
+    return constraints
 
 
 def _is_int(value: Any) -> bool:
@@ -234,7 +237,7 @@ def _count_prompts(raw: bytes) -> int:
 
 async def create_completion(state: AppState, request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, CompletionRequest)
-    validate_request(req)
+    constraints = validate_request(req)
     beam_search.check_not_streaming(req)
     served = state.resolve_model(req.model)
     prompts = split_prompts(req.prompt)
@@ -261,12 +264,17 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
                   max_pending=state.config.max_stream_buffer, arrival=arrival)
     group.lora = state.lora.get(served)
     model = state.model
+    grammar = None
     for p_idx, (ids, _) in enumerate(rendered):
         max_tokens = get_max_tokens(max_model_len, req.max_tokens, len(ids),
                                     model.default_sampling)
         params = build_sampling_params(
             model, fields, max_tokens=1 if echo_without_generation else max_tokens,
             stream=bool(req.stream))
+        if p_idx == 0:  # after the sampling checks, as vLLM validates it; once per request
+            grammar = await resolve_structured_outputs(constraints,
+                                                       state.config.structured_outputs)
+        params.structured_outputs = grammar
         for j in range(req.n):
             state.table.add_choice(group, index=p_idx * req.n + j, prompt_index=p_idx,
                                    prompt_token_ids=ids, params=child_params(params, j))

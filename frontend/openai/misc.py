@@ -15,6 +15,7 @@ from aiohttp import web
 
 from frontend.errors import ApiError, schema_error
 from frontend.openai.common import decode_body
+from frontend.openai.tooling import normalize_tools
 from frontend.render import check_template_override, template_kwargs
 from frontend.state import AppState
 
@@ -94,15 +95,16 @@ async def tokenize_chat(state: AppState, req: TokenizeRequest) -> list[int]:
         raise ApiError("Cannot set both `continue_final_message` and "
                        "`add_generation_prompt` to True.")
     check_template_override(req.chat_template, req.chat_template_kwargs)
-    if req.tools:
-        raise ApiError("tools are not supported by this frontend (it has no tool-call "
-                       "parser); remove `tools` from the request", param="tools")
+    tools = normalize_tools(req.tools)
+    kwargs = template_kwargs(req.chat_template_kwargs)
+    if tools is not None:  # rendered into the prompt as on /v1/chat/completions
+        kwargs = {"tools": tools, **kwargs}
     renderer = state.renderer
     rendered = await renderer.render_chat(
         renderer.parse_messages(req.messages),
         add_generation_prompt=req.add_generation_prompt is not False,
         continue_final_message=req.continue_final_message,
-        kwargs=template_kwargs(req.chat_template_kwargs),
+        kwargs=kwargs,
         add_special_tokens=bool(req.add_special_tokens), check_length=False)
     return rendered.token_ids
 

@@ -8,10 +8,12 @@ vLLM's messages; nothing reaches the engine unvalidated.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgspec
 
+from frontend import structured_outputs as so
 from frontend.errors import ApiError, from_validation
 from frontend.model import ModelInfo
 from protocol.errors import ValidationError
@@ -24,6 +26,7 @@ from protocol.sampling import (
     check,
     normalize,
 )
+from protocol.structured import StructuredOutputsParams
 
 # Knobs with a server default (vLLM's _DEFAULT_SAMPLING_PARAMS).
 OPENAI_DEFAULTS = {
@@ -166,3 +169,15 @@ def child_params(params: SamplingParams, sample: int) -> SamplingParams:
     if params.seed is not None:
         child.seed = params.seed + sample
     return child
+
+
+async def resolve_structured_outputs(constraints: so.Constraints,
+                                     config: so.StructuredOutputsConfig
+                                     ) -> StructuredOutputsParams | None:
+    """The request's validated grammar constraint, or None. Checking a new
+    schema or grammar takes milliseconds (llguidance, which releases the GIL):
+    done in a worker thread, off the event loop."""
+    if constraints.structured_outputs is None and constraints.override is None:
+        return None
+    return await asyncio.get_running_loop().run_in_executor(
+        None, so.resolve, constraints, config)

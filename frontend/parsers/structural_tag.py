@@ -100,3 +100,36 @@ def structural_tag_json(model: str, tools: list[dict], tool_choice: Any,
                         parallel_tool_calls: bool | None = True) -> str:
     """As vLLM puts it in ``structured_outputs.structural_tag``."""
     return json.dumps(structural_tag(model, tools, tool_choice, parallel_tool_calls))
+
+
+def output_format(kind: str, spec: Any) -> dict | None:
+    """A request's own constraint as an xgrammar format (vLLM's
+    ``structured_outputs_to_format``; ``grammar`` is EBNF); None for a
+    structural tag, which this frontend does not rebuild."""
+    if kind == "json_object":
+        return _json_format({"type": "object"})
+    if kind == "json":
+        return _json_format(json.loads(spec) if isinstance(spec, str) else spec)
+    if kind == "regex":
+        return {"type": "regex", "pattern": spec}
+    if kind == "choice":
+        return {"type": "or",
+                "elements": [{"type": "const_string", "value": value} for value in spec]}
+    if kind == "grammar":
+        return {"type": "grammar", "grammar": spec}
+    return None
+
+
+def _json_format(schema: Any) -> dict:
+    return {"type": "json_schema", "json_schema": schema, "style": "json", "any_order": False,
+            "max_whitespace_cnt": None, "excludes": []}
+
+
+def tools_or_output(model: str, tools: list[dict], parallel_tool_calls: bool | None,
+                    output: dict) -> str:
+    """tool_choice="auto" with strict tools and the request's own constraint:
+    vLLM allows either a tool call (its "required" tag) or the constrained
+    output, as ``structured_outputs.structural_tag`` text."""
+    calls = structural_tag(model, tools, "required", parallel_tool_calls)["format"]
+    return json.dumps({"type": "structural_tag",
+                       "format": {"type": "or", "elements": [calls, output]}})

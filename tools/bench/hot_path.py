@@ -3,9 +3,11 @@
 Usage::
 
     .venv/bin/python -m tools.bench.hot_path [--streams 256] [--tokens 128] [--repeats 5]
+                                             [--route completions|chat]
 
 No sockets, no HTTP, no engine: ``--streams`` streaming /v1/completions groups
-(the shipped Table, detokenizer, metrics observer and CompletionView) are fed
+(the shipped Table, detokenizer, metrics observer and CompletionView; with
+``--route chat``, /v1/chat/completions groups and ChatView) are fed
 pre-encoded engine messages, and the time of ``decode_step`` + ``on_outputs``
 (what the engine reader does per wake-up) is reported per output token, best
 of ``--repeats``. Deterministic, so it can compare two versions of the code
@@ -33,12 +35,15 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from frontend import structured_outputs as so  # noqa: E402
 from frontend.fanout import Group, Table  # noqa: E402
 from frontend.model import load_model_info  # noqa: E402
+from frontend.openai import tooling  # noqa: E402
+from frontend.openai.chat import ChatCompletionRequest, ChatView  # noqa: E402
 from frontend.openai.completions import CompletionRequest, CompletionView  # noqa: E402
 from frontend.openai.sampling import build_sampling_params  # noqa: E402
 from frontend.ops.stats import EngineMetrics  # noqa: E402
-from frontend.render import Renderer  # noqa: E402
+from frontend.render import RenderedChat, Renderer  # noqa: E402
 from frontend.state import AppState, ServingConfig  # noqa: E402
 from protocol import wire  # noqa: E402
 from protocol.handshake import ReadyResponse  # noqa: E402
@@ -90,7 +95,7 @@ def make_state(model, max_model_len: int = 4096, observer=None) -> AppState:
     return state
 
 
-def setup(model, prompts: list[str], streams: int, max_tokens: int):
+def setup(model, prompts: list[str], streams: int, max_tokens: int, route: str = "completions"):
     state = make_state(model, observer=EngineMetrics(lambda: 4096))
     table = state.table
     sent = [0]
@@ -103,17 +108,33 @@ def setup(model, prompts: list[str], streams: int, max_tokens: int):
 
     ids_by_group = []
     for i in range(streams):
-        req = CompletionRequest(model="tiny", prompt=prompts[i % len(prompts)],
-                                max_tokens=max_tokens, temperature=0.0, stream=True,
-                                ignore_eos=True)
-        ids = model.encode(req.prompt)
-        group = Group(f"cmpl-{i}", stream=True)
-        params = build_sampling_params(model, msgspec.structs.asdict(req),
-                                       max_tokens=max_tokens, stream=True)
+        prompt = prompts[i % len(prompts)]
+        if route == "chat":
+            req = ChatCompletionRequest(model="tiny", messages=[{"role": "user",
+                                                                 "content": prompt}],
+                                        max_tokens=max_tokens, temperature=0.0, stream=True,
+                                        ignore_eos=True)
+            group = Group(f"chatcmpl-{i}", stream=True)
+        else:
+            req = CompletionRequest(model="tiny", prompt=prompt, max_tokens=max_tokens,
+                                    temperature=0.0, stream=True, ignore_eos=True)
+            group = Group(f"cmpl-{i}", stream=True)
+        ids = model.encode(prompt)
+        fields = msgspec.structs.asdict(req)
+        fields["logprobs"] = None  # chat's is a flag; no logprobs either way
+        params = build_sampling_params(model, fields, max_tokens=max_tokens, stream=True)
         choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                                   params=params)
         table.submit(group)
-        view = CompletionView(state, req, group, "tiny", [(ids, req.prompt)])
+        if route == "chat":  # a chat request without tools, reasoning or constraints
+            plan = tooling.plan(None, tools=None, tool_choice="none", parallel_tool_calls=True,
+                                include_reasoning=True, response_format=None,
+                                structured_outputs=None, constraints=so.parse(None, None),
+                                template_kwargs={}, prompt_token_ids=ids)
+            view = ChatView(state, req, group, "tiny", RenderedChat([], prompt, ids), True,
+                            plan)
+        else:
+            view = CompletionView(state, req, group, "tiny", [(ids, req.prompt)])
         view.start_stream()
         group.sink = sink(view)
         ids_by_group.append((choice.engine_id, ids))
@@ -142,7 +163,7 @@ def messages(ids_by_group, max_tokens: int, per_message: int) -> list[list[bytes
 
 
 def run_once(model, prompts, args, shape: str) -> tuple[float, int]:
-    table, ids_by_group, sent = setup(model, prompts, args.streams, args.tokens)
+    table, ids_by_group, sent = setup(model, prompts, args.streams, args.tokens, args.route)
     if shape == "batched":
         per_message, per_wakeup = args.streams, 1
     else:
@@ -165,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ahead-outputs", type=int, default=6)
     p.add_argument("--ahead-messages", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--route", choices=("completions", "chat"), default="completions")
     args = p.parse_args(argv)
     model = load_model_info(str(args.model), served_names=["tiny"])
     prompts = make_prompts(args.model, 64, 128)

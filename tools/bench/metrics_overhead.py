@@ -157,10 +157,10 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     import msgspec
 
     from frontend.fanout import Group, Table
-    from frontend.ops.stats import EngineMetrics
     from frontend.model import load_model_info
     from frontend.openai.completions import CompletionRequest
     from frontend.openai.sampling import build_sampling_params
+    from frontend.ops.stats import EngineMetrics
     from protocol import wire
     from protocol.sampling import ModelLimits
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import os
+import re
 import shutil
 import sys
 import time

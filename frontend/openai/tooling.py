@@ -1,0 +1,354 @@
+"""Tools, tool_choice, reasoning and structured outputs of a chat request.
+
+vLLM 0.32's semantics (``chat_completion/protocol.py``, ``online_renderer.py``,
+``parser/abstract_parser.py``), in the order vLLM applies them:
+
+1. request checks: :func:`check_tool_usage` (its ``check_tool_usage`` model
+   validator), then field validation of ``tools`` (:func:`normalize_tools`,
+   which also gives the tools as vLLM dumps them for the chat template);
+2. after rendering, :func:`plan` runs vLLM's ``adjust_request`` for the
+   configured parsers (a forced tool call becomes a JSON schema or a
+   structural tag, special tokens may stay in the text) and works out what the
+   engine request carries (``reasoning_ended``, ``reasoning_parser_kwargs``);
+3. per choice, :class:`ChatTooling` parses the output into reasoning, content
+   and tool calls: whole (:meth:`ChatTooling.message`) or per engine output
+   while streaming (:meth:`ChatTooling.stream_parser`, the fan-out table's
+   per-choice hook).
+
+Without ``--tool-call-parser``/``--reasoning-parser`` there is nothing to
+parse and the chat route takes its plain path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from frontend import grammars
+from frontend import structured_outputs as so
+from frontend.errors import ApiError, from_validation, schema_error
+from frontend.parsers import (
+    ChatParsers,
+    OutputParser,
+    ToolSchemaError,
+    first_call_only,
+    message_parts,
+)
+from frontend.parsers.composite import named_tool
+from frontend.parsers.structural_tag import output_format, tools_or_output
+from frontend.parsers.types import Delta as ParsedDelta
+from protocol.errors import ValidationError
+from protocol.structured import CONSTRAINTS
+
+if TYPE_CHECKING:
+    from frontend.fanout import Choice, Delta
+
+CORRECT_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def _invalid(message: str, parameter: str | None = None) -> ApiError:
+    return from_validation(ValidationError(message, parameter=parameter))
+
+
+# ---------------------------------------------------------------------------- 1. checks
+
+def check_tool_usage(tools: Any, tool_choice: Any, *, tool_choice_set: bool) -> Any:
+    """vLLM's ``check_tool_usage`` model validator; returns the tool_choice in
+    effect ("auto" when tools come without one, else "none")."""
+    if tools == []:
+        raise _invalid("`tools` must not be an empty array. Either provide at least one "
+                       "tool or omit the field entirely.", "tools")
+    if not tool_choice_set:
+        tool_choice = "auto" if tools else "none"
+    if tool_choice is None or tool_choice == "none":
+        return tool_choice
+    if tools is None:
+        raise _invalid("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if tool_choice not in ("auto", "required") and not isinstance(tool_choice, dict):
+        raise _invalid(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, "
+                       '"none", "auto" or "required" are supported.', "tool_choice")
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        if not isinstance(function, dict):
+            raise _invalid(f"Invalid value for `function`: `{function}` in `tool_choice`! "
+                           f"{CORRECT_USAGE}", "tool_choice.function")
+        if "name" not in function:
+            raise _invalid(f"Expected field `name` in `function` in `tool_choice`! "
+                           f"{CORRECT_USAGE}", "tool_choice.function.name")
+        name = function["name"]
+        if not isinstance(name, str) or not name:
+            raise _invalid(f"Invalid `name` in `function`: `{name}` in `tool_choice`! "
+                           f"{CORRECT_USAGE}", "tool_choice.function.name")
+        if not any(_function_name(tool) == name for tool in _as_list(tools)):
+            raise _invalid("The tool specified in `tool_choice` does not match any of the "
+                           "specified `tools`", "tool_choice")
+    return tool_choice
+
+
+def _as_list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _function_name(tool: Any) -> Any:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return function.get("name") if isinstance(function, dict) else None
+
+
+# Field types of vLLM's FunctionDefinition (name required).
+_FUNCTION_FIELDS = (("name", str, "string"), ("description", str, "string"),
+                    ("parameters", dict, "dictionary"), ("strict", bool, "boolean"),
+                    ("defer_loading", bool, "boolean"))
+
+
+def normalize_tools(tools: Any) -> list[dict] | None:
+    """Field validation of ``tools`` (vLLM's ``ChatCompletionToolsParam``), and
+    the tools as vLLM passes them to the chat template: ``{"type": "function",
+    "function": {"name", "description", "parameters"}}``, ``strict`` and
+    ``defer_loading`` only where set (a tool-level ``defer_loading`` moves into
+    the function, and stays)."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise schema_error("Input should be a valid list", "body.tools")
+    normalized = []
+    for i, tool in enumerate(tools):
+        where = f"body.tools.{i}"
+        if not isinstance(tool, dict):
+            raise schema_error("Input should be a valid dictionary or object to extract "
+                               "fields from", where)
+        if tool.get("type", "function") != "function":
+            raise schema_error("Input should be 'function'", f"{where}.type")
+        function = tool.get("function")
+        if function is None and "function" not in tool:
+            raise schema_error("Field required", f"{where}.function")
+        if not isinstance(function, dict):
+            raise schema_error("Input should be a valid dictionary or object to extract "
+                               "fields from", f"{where}.function")
+        dumped: dict[str, Any] = {}
+        for name, kind, label in _FUNCTION_FIELDS:
+            value = function.get(name)
+            if name == "name" and "name" not in function:
+                raise schema_error("Field required", f"{where}.function.name")
+            if value is not None and not isinstance(value, kind):
+                raise schema_error(f"Input should be a valid {label}",
+                                   f"{where}.function.{name}")
+            dumped[name] = value
+        tool_defer = tool.get("defer_loading")
+        if tool_defer is not None and not isinstance(tool_defer, bool):
+            raise schema_error("Input should be a valid boolean", f"{where}.defer_loading")
+        if dumped["defer_loading"] is None:
+            dumped["defer_loading"] = tool_defer
+        for name in ("strict", "defer_loading"):
+            if dumped[name] is None:
+                del dumped[name]
+        tool_dump: dict[str, Any] = {"type": "function", "function": dumped}
+        if tool_defer is not None:
+            tool_dump["defer_loading"] = tool_defer
+        normalized.append(tool_dump)
+    return normalized
+
+
+def check_named_tool_choice(tool_choice: Any) -> None:
+    """Field validation of a named ``tool_choice`` (the validator checked the rest)."""
+    if isinstance(tool_choice, dict) and tool_choice.get("type", "function") != "function":
+        raise schema_error("Input should be 'function'", "body.tool_choice.type")
+
+
+def tool_parsing_unavailable(parsers: ChatParsers | None, tool_choice: Any) -> None:
+    """vLLM's answer to a tool choice that needs a tool parser it does not have."""
+    if (parsers is not None and parsers.tool_parser is not None) \
+            or tool_choice in (None, "none"):
+        return
+    if tool_choice == "auto":
+        raise ApiError('"auto" tool choice requires --enable-auto-tool-choice and '
+                       "--tool-call-parser to be set")
+    name = named_tool(tool_choice)
+    desc = f'function "{name}"' if isinstance(tool_choice, dict) else f'"{tool_choice}"'
+    raise ApiError(f"tool_choice={desc} requires --tool-call-parser to be set")
+
+
+def parser_template_kwargs(user_kwargs: dict | None, *, add_generation_prompt: bool,
+                           continue_final_message: bool, documents: Any,
+                           reasoning_effort: str | None) -> dict:
+    """The chat template kwargs vLLM gives its parsers (and the engine's
+    reasoning parser): the client's, then the request's own template arguments
+    (None and "auto" values dropped)."""
+    extra: dict[str, Any] = {"add_generation_prompt": add_generation_prompt,
+                             "continue_final_message": continue_final_message,
+                             "documents": documents, "reasoning_effort": reasoning_effort}
+    if reasoning_effort is not None and "enable_thinking" not in (user_kwargs or {}):
+        extra["enable_thinking"] = reasoning_effort != "none"
+    return {**(user_kwargs or {}),
+            **{k: v for k, v in extra.items() if v is not None and not _is_auto(v)}}
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+# ---------------------------------------------------------------------------- 2. the plan
+
+@dataclass
+class ChatTooling:
+    """What one chat request does with tools, reasoning and structured outputs."""
+
+    parsers: ChatParsers | None
+    tools: list[dict] | None
+    tool_choice: Any
+    parallel_tool_calls: bool | None
+    include_reasoning: bool
+    template_kwargs: dict
+    prompt_token_ids: list[int]
+    # The grammar constraint fields after adjust_request.
+    constraints: so.Constraints
+    # False: decode with special tokens kept (the parser needs its markers).
+    skip_special_tokens: bool | None = None
+    reasoning_ended: bool | None = None
+    reasoning_parser_kwargs: dict | None = None
+
+    @property
+    def parsing(self) -> bool:
+        """Whether the output goes through a parser (vLLM: a parser is configured)."""
+        return self.parsers is not None
+
+    @property
+    def reasoning_details(self) -> bool:
+        """vLLM reports completion_tokens_details.reasoning_tokens with a reasoning parser."""
+        return self.parsers is not None and self.parsers.reasoning_parser is not None
+
+    @property
+    def hide_metadata(self) -> bool:
+        """``include_reasoning=false`` with a parser: no logprobs or token ids,
+        which would show the reasoning."""
+        return self.parsers is not None and not self.include_reasoning
+
+    def new_parser(self) -> OutputParser:
+        assert self.parsers is not None
+        return self.parsers.new(tools=self.tools, tool_choice=self.tool_choice,
+                                include_reasoning=self.include_reasoning,
+                                chat_template_kwargs=self.template_kwargs,
+                                prompt_token_ids=self.prompt_token_ids)
+
+    # ------------------------------------------------------------ whole outputs
+    def message(self, text: str, token_ids: list[int], finish_reason: str | None
+                ) -> tuple[dict, str, int]:
+        """A finished choice's message fields (after ``role``), its finish_reason
+        and its reasoning token count."""
+        parser = self.new_parser()
+        parsed = parser.parse(text)
+        parts = message_parts(parsed, tool_choice=self.tool_choice,
+                              has_tool_parser=self.parsers.tool_parser is not None,
+                              has_tools=bool(self.tools), finish_reason=finish_reason,
+                              parallel_tool_calls=self.parallel_tool_calls)
+        fields: dict[str, Any] = {"content": parts.content, "refusal": None,
+                                  "annotations": None, "audio": None, "function_call": None}
+        if parts.tool_calls:
+            fields["tool_calls"] = [
+                {"id": call.id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments}}
+                for call in parts.tool_calls]
+        fields["reasoning"] = parts.reasoning
+        return fields, parts.finish_reason, parser.count_reasoning_tokens(token_ids)
+
+    # ------------------------------------------------------------ streaming
+    def stream_parser(self) -> StreamParser:
+        return StreamParser(self.new_parser(), self.parallel_tool_calls is False)
+
+
+class StreamParser:
+    """One streamed choice's parser, the fan-out table's per-choice hook: it is
+    called with each delta as the table queues it (one engine output, or the
+    steps ``stream_interval`` held together) and returns the parsed delta."""
+
+    __slots__ = ("parser", "first_call_only")
+
+    def __init__(self, parser: OutputParser, first_only: bool) -> None:
+        self.parser = parser
+        self.first_call_only = first_only
+
+    def __call__(self, delta: Delta) -> ParsedDelta | None:
+        parsed = self.parser.feed(delta.text, delta.token_ids,
+                                  finished=delta.finish_reason is not None)
+        if parsed is not None and self.first_call_only:
+            parsed = first_call_only(parsed)
+        return parsed
+
+    @property
+    def tools_streamed(self) -> bool:
+        return self.parser.tools_streamed
+
+    def count_reasoning_tokens(self, token_ids: list[int]) -> int:
+        return self.parser.count_reasoning_tokens(token_ids)
+
+
+def plan(parsers: ChatParsers | None, *, tools: list[dict] | None, tool_choice: Any,
+         parallel_tool_calls: bool | None, include_reasoning: bool,
+         response_format: Any, structured_outputs: Any, constraints: so.Constraints,
+         template_kwargs: dict, prompt_token_ids: list[int]) -> ChatTooling:
+    """vLLM's ``adjust_request`` and the engine request's reasoning fields."""
+    tooling = ChatTooling(parsers, tools, tool_choice, parallel_tool_calls, include_reasoning,
+                          template_kwargs, prompt_token_ids, constraints)
+    if parsers is not None:
+        so_fields = constraints.structured_outputs or {}
+        rf_type = response_format.get("type") if isinstance(response_format, dict) else None
+        try:
+            adjustment = parsers.adjust(
+                tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+                has_structured_outputs=structured_outputs is not None,
+                response_format_type=rf_type,
+                structured_outputs_tag=so_fields.get("structural_tag") is not None)
+        except ToolSchemaError as e:
+            raise _invalid(str(e), e.param) from None
+        if adjustment.structural_tag is not None:
+            tooling.constraints = so.Constraints({"structural_tag": adjustment.structural_tag},
+                                                 None)
+        elif adjustment.structural_tag_model is not None:
+            tooling.constraints = _tools_or_output(adjustment.structural_tag_model, tools,
+                                                   parallel_tool_calls, constraints)
+        elif adjustment.json_schema is not None:
+            tooling.constraints = so.Constraints({"json": adjustment.json_schema}, None)
+        tooling.skip_special_tokens = adjustment.skip_special_tokens
+    # vLLM's resolve_reasoning_ended and reasoning_parser_kwargs.
+    if parsers is not None and parsers.reasoning_parser is not None:
+        tooling.reasoning_ended = parsers.reasoning_ended(
+            prompt_token_ids, include_reasoning=include_reasoning,
+            chat_template_kwargs=template_kwargs)
+        tooling.reasoning_parser_kwargs = {"chat_template_kwargs": template_kwargs}
+    elif not include_reasoning:
+        tooling.reasoning_ended = True
+    return tooling
+
+
+def _tools_or_output(model: str, tools: list[dict], parallel_tool_calls: bool | None,
+                     constraints: so.Constraints) -> so.Constraints:
+    """"auto" with strict tools and the request's own constraint: vLLM lets the
+    model either call a tool or write the constrained output, when xgrammar
+    can compile that constraint (else the constraint alone applies)."""
+    values = {**(constraints.structured_outputs or {}), **(constraints.override or {})}
+    kind = next((k for k in CONSTRAINTS if values.get(k) is not None), None)
+    if kind is None:
+        return constraints  # no constraint after all: resolve() reports it
+    spec = values[kind]
+    if spec and grammars.xgrammar_error(kind, spec) is not None:
+        return constraints
+    lark = kind == "grammar" and grammars.grammar_is_likely_lark(spec)
+    output = None if lark else output_format(kind, spec)
+    if output is None:  # vLLM converts these with xgrammar, which needs torch
+        what = "Lark grammar" if lark else kind
+        raise ApiError(f'tool_choice="auto" with `strict` tools and a {what} constraint at '
+                       "once is not supported by this frontend; drop `strict`, or use a "
+                       "JSON schema, regex, choice or EBNF grammar", param="tools")
+    return so.Constraints(
+        {"structural_tag": tools_or_output(model, tools, parallel_tool_calls, output)}, None)
+
+
+def install_stream_parsers(tooling: ChatTooling, choices: list[Choice]
+                           ) -> list[StreamParser] | None:
+    """One parser per streamed choice, as the table's hook; None without parsers."""
+    if not tooling.parsing:
+        return None
+    hooks = [tooling.stream_parser() for _ in choices]
+    for choice, hook in zip(choices, hooks):
+        choice.parser = hook
+    return hooks
+

@@ -1,0 +1,260 @@
+"""Every tool-call and reasoning parser, end to end: our frontend against vLLM's.
+
+The parser modules are compared with vLLM's parser classes in process
+(test_tool_parsers.py, test_reasoning_parsers.py); here the same outputs go
+through both HTTP servers: vLLM 0.32's own API server (one process serving
+every parser flag set, tests/support/vllm_multi_server.py) and ours, each on a
+mock engine that plays the same script (the case's text as token ids, then
+EOS), so both parse identical token streams. Per case, a non-streaming and a
+streaming request (with usage) go to both; the answers must be equal as parsed
+JSON, chunk by chunk for streams: reasoning, content, tool calls (ids
+masked), finish_reason, usage with reasoning tokens. Malformed and partial
+tool calls included: they come back as content, never as an error.
+
+The mock steps every few milliseconds, so that vLLM's server keeps up with the
+engine: when it falls behind it merges steps into one chunk and parses them
+together, which changes the chunks (ours never merges a parsed choice's
+steps); such a stream of vLLM's is asked for again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from typing import Any
+
+import pytest
+from tokenizers import Tokenizer
+
+from tests.support.frontend import launch_mock_stack
+from tests.support.http_client import post
+from tests.support.mock_engine import free_port, spawn_mock
+from tests.support.parser_diff import Case
+from tests.support.vllm_parsers import VllmMultiServer, parser_flags
+from tests.test_reasoning_parsers import COMMON, MISTRAL
+from tests.test_tool_parsers import CASES, WITH_REASONING
+
+pytestmark = [pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
+
+STEP_TIME = "0.008"
+# vLLM's mock's step time for each attempt at a stream it does not merge.
+STREAM_STEP_TIMES = (float(STEP_TIME), 0.03, 0.08, 0.2)
+RETRIES: list[int] = []  # per compared stream: how many of vLLM's had merged steps
+IGNORED = ("id", "created", "system_fingerprint")
+
+# A selection of the in-process cases (they run there in full, in every
+# chunking): per parser the calls, text around them, malformed and partial
+# calls, forced choices; per reasoning parser the markers, hidden reasoning and
+# prompts that already end the reasoning.
+TOOL_CASES = {
+    "hermes": ["plain", "two-calls", "text-after", "truncated", "malformed-json",
+               "second-malformed", "partial-tag-at-end", "unicode-args", "required", "named",
+               "choice-none", "no-eos"],
+    "llama3_json": ["one-call", "python-tag", "two-calls", "truncated", "malformed",
+                    "brace-in-text", "unicode", "named", "required"],
+    "pythonic": ["one-call", "two-calls", "literals", "truncated", "mismatched", "text-after",
+                 "required", "required-malformed", "named"],
+    "qwen3_coder": ["one-call", "typed", "two-calls", "truncated", "no-param-close", "unicode",
+                    "think-as-content", "required"],
+    "mistral": ["one-call", "text-before", "two-calls", "truncated", "nested-strings",
+                "skipped-special", "required"],
+}
+REASONING_CASES = ["tags", "no-start", "no-end", "twice", "unicode", "hidden", "no-eos",
+                   "prompt-opened", "prompt-closed", "partial-end-tag"]
+COMBINED = ["qwen3-hermes", "qwen3-hermes-implicit", "r1-hermes-no-start",
+            "qwen3-hermes-no-thinking", "qwen3-hermes-hidden", "qwen3-coder",
+            "qwen3-coder-implicit", "r1-pythonic", "r1-llama", "qwen3-mistral", "r1-mistral"]
+
+RUNS: list[tuple[str, Case]] = [
+    *((tool, case) for tool, cases in CASES.items() for case in cases
+      if case.id in TOOL_CASES[tool]),
+    *((f"{tool}+{reasoning}", case) for tool, reasoning, case in WITH_REASONING
+      if case.id in COMBINED),
+    *((name, case) for name in ("deepseek_r1", "qwen3") for case in COMMON
+      if case.id in REASONING_CASES),
+    *(("mistral+mistral", case) for case in MISTRAL[:2]),
+]
+# name -> (tool parser, reasoning parser)
+PARSERS = {**{tool: (tool, None) for tool in CASES},
+           **{f"{tool}+{reasoning}": (tool, reasoning) for tool, reasoning, _ in WITH_REASONING},
+           "deepseek_r1": (None, "deepseek_r1"), "qwen3": (None, "qwen3"),
+           "mistral+mistral": ("mistral", "mistral")}
+CONFIGS = {name: PARSERS[name] for name in dict.fromkeys(name for name, _ in RUNS)}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir) -> Tokenizer:
+    return Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def vllm_servers(tiny_model_dir, tmp_path_factory):
+    """vLLM's API server with every parser flag set, on one scripted mock."""
+    workdir = tmp_path_factory.mktemp("vllm-parsers")
+    port = free_port()
+    mock, control = spawn_mock(f"tcp://127.0.0.1:{port}", workdir / "mock.log",
+                               "--model", str(tiny_model_dir), "--step-time", STEP_TIME)
+    server = VllmMultiServer(tiny_model_dir, port,
+                             {name: parser_flags(*flags) for name, flags in CONFIGS.items()},
+                             workdir / "vllm.log", watch=[mock])
+    try:
+        yield server, control
+    finally:
+        server.stop()
+        mock.terminate()
+        mock.wait(10)
+
+
+class OurStacks:
+    """Our frontend with one parser flag set at a time, each on its own mock
+    (the runs come grouped by flag set)."""
+
+    def __init__(self, model_dir, workdir) -> None:
+        self.model_dir, self.workdir = model_dir, workdir
+        self.name: str | None = None
+        self.stack = None
+
+    def get(self, name: str):
+        if name != self.name:
+            self.close()
+            self.stack = launch_mock_stack(self.model_dir, self.workdir,
+                                           *parser_flags(*CONFIGS[name]),
+                                           engine_args=("--step-time", STEP_TIME))
+            self.name = name
+        return self.stack
+
+    def close(self) -> None:
+        if self.stack is not None:
+            self.stack.stop()
+            self.stack = self.name = None
+
+
+@pytest.fixture(scope="module")
+def ours(tiny_model_dir, tmp_path_factory):
+    stacks = OurStacks(tiny_model_dir, tmp_path_factory.mktemp("our-parsers"))
+    yield stacks
+    stacks.close()
+
+
+def body_of(case: Case, max_tokens: int, stream: bool) -> dict[str, Any]:
+    messages: list[dict] = [{"role": "user", "content": "hi"}]
+    body: dict[str, Any] = {"model": "tiny", "max_tokens": max_tokens, "temperature": 0,
+                            "return_token_ids": True,
+                            "skip_special_tokens": case.skip_special,
+                            "include_reasoning": case.include_reasoning}
+    if case.prompt_suffix:  # the prompt ends inside the assistant turn, as the parsers expect
+        messages.append({"role": "assistant", "content": case.prompt_suffix})
+        body.update(add_generation_prompt=False, continue_final_message=True)
+    if case.tools is not None:
+        body.update(tools=case.tools, tool_choice=case.tool_choice)
+    if case.chat_template_kwargs is not None:
+        body["chat_template_kwargs"] = case.chat_template_kwargs
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
+    return {**body, "messages": messages}
+
+
+def masked(value: Any) -> Any:
+    """Tool call ids are random: ``<id>``; response ids and times dropped."""
+    if isinstance(value, dict):
+        out = {k: masked(v) for k, v in value.items() if k not in IGNORED}
+        for call in out.get("tool_calls") or ():
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                call["id"] = "<id>"
+        return out
+    if isinstance(value, list):
+        return [masked(v) for v in value]
+    return value
+
+
+def events(body: bytes) -> list[Any]:
+    out = []
+    for block in body.decode().split("\n\n"):
+        if block.startswith("data: "):
+            data = block[6:]
+            out.append(data if data == "[DONE]" else masked(json.loads(data)))
+    return out
+
+
+def merged_steps(events: list[Any]) -> bool:
+    """Whether a stream has a chunk of several engine steps (one token each
+    here): vLLM's server merges the steps it falls behind on."""
+    return any(isinstance(e, dict) and e["choices"]
+               and len(e["choices"][0].get("token_ids") or ()) > 1 for e in events)
+
+
+def vllm_merged(ours: list[Any], theirs: list[Any]) -> bool:
+    """vLLM parsed some steps together (so its chunks differ by design). With
+    token ids hidden (include_reasoning=false) merging shows as fewer chunks."""
+    hidden = not any(isinstance(e, dict) and e["choices"] and e["choices"][0].get("token_ids")
+                     for e in theirs)
+    return merged_steps(theirs) or (hidden and len(theirs) != len(ours))
+
+
+def ask(url: str, body: dict) -> tuple[int, Any]:
+    reply = post(url, "/v1/chat/completions", body, timeout=120)
+    if body.get("stream") and reply.status == 200:
+        return reply.status, events(reply.body)
+    return reply.status, masked(reply.json)
+
+
+@pytest.mark.parametrize("config, case", RUNS, ids=[f"{n}-{c}" for n, c in RUNS])
+def test_parser_end_to_end_matches_vllm(vllm_servers, ours, tokenizer, config, case):
+    server, their_control = vllm_servers
+    their_url = server.url(config)  # (the mock answers control calls once attached)
+    stack = ours.get(config)
+    ids = tokenizer.encode(case.text, add_special_tokens=False).ids
+    script = {"output_token_ids": ids, "finish": "stop" if case.eos else "length"}
+    their_control.script(script)
+    stack.control().script(script)
+    max_tokens = len(ids) + 1 if case.eos else len(ids)
+    body = body_of(case, max_tokens, stream=False)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        theirs = pool.submit(ask, their_url, body)
+        status, answer = ask(stack.url, body)
+        their_status, their_answer = theirs.result()
+    assert (status, their_status) == (200, 200), (answer, their_answer)
+    assert answer == their_answer, f"ours: {answer}\nvLLM: {their_answer}"
+
+    # Streams one at a time: vLLM's server falls behind less.
+    body = body_of(case, max_tokens, stream=True)
+    status, answer = ask(stack.url, body)
+    assert status == 200 and not merged_steps(answer), answer  # ours: every step parsed
+    try:
+        for attempt, step_time in enumerate(STREAM_STEP_TIMES):
+            # Slower after a merged stream, so that vLLM's server keeps up.
+            their_control.configure(step_time=step_time)
+            their_status, their_answer = ask(their_url, body)
+            assert their_status == 200, their_answer
+            if not vllm_merged(answer, their_answer):
+                break
+        else:
+            pytest.fail(f"vLLM's server merged steps in {len(STREAM_STEP_TIMES)} streams: "
+                        "nothing to compare with")
+    finally:
+        their_control.configure(step_time=float(STEP_TIME))
+    RETRIES.append(attempt)
+    assert answer == their_answer, f"ours: {answer}\nvLLM: {their_answer}"
+    stack.frontend.wait_idle()
+
+
+def test_streams_were_mostly_compared_at_once():
+    """vLLM merges steps only when it falls behind (runs after the cases)."""
+    if len(RETRIES) < 20:
+        pytest.skip("too few streams ran in this session to judge")
+    assert sum(1 for a in RETRIES if a == 0) >= len(RETRIES) // 2, RETRIES
+
+
+def test_runs_cover_every_parser():
+    from frontend.parsers import REASONING_PARSERS, TOOL_PARSERS
+
+    used = {flags for flags in CONFIGS.values()}
+    tools = {tool for tool, _ in used if tool}
+    reasoning = {r for _, r in used if r}
+    # Aliases (qwen3_json, llama4_json, qwen3_xml) are the same classes.
+    assert tools == {"hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder"}
+    assert {TOOL_PARSERS[t] for t in TOOL_PARSERS} == {TOOL_PARSERS[t] for t in tools}
+    assert reasoning == set(REASONING_PARSERS)
+    selected = sum(len(ids) for ids in TOOL_CASES.values()) + len(COMBINED) \
+        + 2 * len(REASONING_CASES) + 2
+    assert len(RUNS) == selected >= 70  # (a renamed case would drop out silently)
