@@ -291,11 +291,15 @@ def test_metrics_from_any_worker_show_the_whole_service(start_ops_stack):
                 metric(samples, "vllm:e2e_request_latency_seconds_count", **labels),
                 int(json.loads(urllib.request.urlopen(
                     stack.url + "/debug/state", timeout=10).read())["worker"]))
-    seen = {}
-    wait_for(lambda: seen.setdefault(service_counts()[3], service_counts()[:3]) is not None
-             and len(seen) == 2, 30, interval=0.01)
-    for counts in seen.values():  # each worker's /metrics: the same service totals
-        assert counts == (60, 300, 60), seen
+    # Each worker's /metrics: the same service totals, once the other worker's
+    # snapshot (written every second and at each of its scrapes) is current.
+    seen: dict[int, tuple] = {}
+
+    def both_show_the_service() -> bool:
+        *counts, worker = service_counts()
+        seen[worker] = tuple(counts)
+        return len(seen) == 2 and all(c == (60, 300, 60) for c in seen.values())
+    wait_for(both_show_the_service, 30, interval=0.01, message=lambda: f"seen {seen}")
     pids = worker_pids(stack.url)
     os.kill(pids[1], signal.SIGKILL)
     wait_for(lambda: worker_pids(stack.url)[1] != pids[1], 30)
