@@ -11,7 +11,9 @@ attached again when it restarts, without a frontend restart.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -27,6 +29,7 @@ from tests.support.real_engine import (
     require_vllm,
 )
 from tests.support.waits import wait_for
+from tests.test_parity_completions import SHAPES, assert_same, send
 
 pytestmark = pytest.mark.real_engine
 
@@ -99,6 +102,27 @@ def test_greedy_outputs_equal_a_single_engines_on_both_ranks(dp, frontend):
     single = [greedy(frontend.url, p) for p in PROMPTS]
     assert ours == single * 2
     fe.wait_idle()
+
+
+# The completions/generate parity shapes, served by two ranks, against vLLM's
+# own server on one engine (tests/test_parity_completions.py: the same shapes
+# through one engine).
+@pytest.mark.vllm_frontend
+@pytest.mark.parametrize("shape", SHAPES, ids=[s.id for s in SHAPES])
+def test_parity_with_two_ranks(shape, dp, vllm_frontend):
+    _, fe = dp
+    assert_same(shape, send(fe.url, shape), send(vllm_frontend.url, shape))
+
+
+def test_both_ranks_served_the_parity_shapes(dp):
+    _, fe = dp
+    fe.wait_idle()
+    text = urllib.request.urlopen(fe.url + "/metrics", timeout=10).read().decode()
+    served = {"0": 0.0, "1": 0.0}  # finished requests per engine, any finish reason
+    for engine, value in re.findall(
+            r'^vllm:request_success_total\{[^}]*engine="(\d+)"[^}]*\} (\S+)', text, re.M):
+        served[engine] += float(value)
+    assert min(served.values()) > 0.25 * sum(served.values()), served
 
 
 def test_a_killed_rank_fails_its_streams_and_restarts_alone(dp):

@@ -18,7 +18,9 @@ Four setups, one after another on real tiny-model engines (each fresh):
 The workload: ``--conversations`` chats of ``--turns`` turns, interleaved
 (turn t of every conversation, then turn t+1), each with a system prompt of its
 own of ``--system-words`` words; each turn's prompt is the conversation so far
-(greedy replies of ``--reply-tokens`` tokens). Figures, from each server's
+(greedy replies of ``--reply-tokens`` tokens). Then, with two engines,
+``--uniform-requests`` independent completions (uniform load: how evenly the
+requests spread). Figures, from each server's
 ``/metrics``: prefix-cache queries and hits per engine
 (``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total``, which
 both frontends export per engine from the engines' scheduler stats), prompt
@@ -46,7 +48,7 @@ from engine_core import launcher  # noqa: E402
 from tools.bench import procs  # noqa: E402
 from tools.bench.prompts import WORDS  # noqa: E402
 
-MODEL_ARGS = ["--max-model-len", "4096", "--dtype", "float32"]
+MODEL_ARGS = ["--max-model-len", "2048", "--dtype", "float32"]  # the model's positions
 SERVED = "tiny"
 READY_TIMEOUT_S = 900
 
@@ -165,6 +167,22 @@ async def run_workload(url: str, convs, turns: int, reply_tokens: int, concurren
     return replies
 
 
+async def run_uniform(url: str, requests: int, concurrency: int, seed: int) -> None:
+    """Independent short completions, every prompt its own: the balance figure."""
+    rng = random.Random(seed)
+    limit = asyncio.Semaphore(concurrency)
+    async with aiohttp.ClientSession() as session:
+        async def one(i: int) -> None:
+            prompt = f"request {i}: " + " ".join(rng.choice(WORDS) for _ in range(20))
+            async with limit:
+                async with session.post(url + "/v1/completions", json={
+                        "model": SERVED, "prompt": prompt, "max_tokens": 16,
+                        "temperature": 0}) as r:
+                    if r.status != 200:
+                        raise RuntimeError(f"{url}: {r.status} {await r.text()}")
+        await asyncio.gather(*(one(i) for i in range(requests)))
+
+
 def scrape(url: str) -> dict:
     import urllib.request
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
@@ -207,12 +225,23 @@ def measure(setup: Setup, convs, args) -> dict:
                                            args.concurrency))
         elapsed = time.monotonic() - t0
         time.sleep(1.0)  # the last steps' stats
-        result = figures(scrape(setup.url))
+        per_engine = scrape(setup.url)
+        result = figures(per_engine)
         result |= {"ready_s": round(ready_s, 1), "workload_s": round(elapsed, 1),
                    "replies": replies}
+        if len(per_engine) > 1 and args.uniform_requests:
+            asyncio.run(run_uniform(setup.url, args.uniform_requests, args.concurrency,
+                                    args.seed))
+            time.sleep(1.0)
+            after = scrape(setup.url)
+            split = [after[e]["requests"] - per_engine[e]["requests"] for e in sorted(after)]
+            result["uniform_requests_per_engine"] = split
+            result["uniform_busiest_vs_quietest"] = (max(split) / min(split)
+                                                     if min(split) else None)
         print(f"{setup.name}: hit rate {result['hit_rate']:.3f}, recomputed "
               f"{result['recomputed']:.0f} of {result['queries']:.0f} prompt tokens, "
-              f"requests per engine {result['requests_per_engine']}", file=sys.stderr)
+              f"requests per engine {result['requests_per_engine']}, uniform load "
+              f"{result.get('uniform_requests_per_engine')}", file=sys.stderr)
         return result
     finally:
         setup.stop()
@@ -227,6 +256,8 @@ def main() -> None:
     p.add_argument("--reply-tokens", type=int, default=24)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--uniform-requests", type=int, default=512,
+                   help="then this many independent completions: requests per engine")
     p.add_argument("--setups", default="single,ours,ours-load,vllm")
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
     args = p.parse_args()
@@ -242,7 +273,14 @@ def main() -> None:
     }
     results = {}
     for name in args.setups.split(","):
-        results[name] = measure(makers[name](), convs, args)
+        for attempt in (1, 2):
+            try:
+                results[name] = measure(makers[name](), convs, args)
+                break
+            except RuntimeError as e:  # a free port taken meanwhile by another program
+                if attempt == 2 or "address already in use" not in str(e):
+                    raise
+                print(f"{name}: a port was taken, starting again", file=sys.stderr)
     reference = results.get("single", {}).get("replies")
     for name, result in results.items():
         replies = result.pop("replies")
