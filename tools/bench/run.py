@@ -467,6 +467,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="paced suite: concurrency of the request-rate points")
     p.add_argument("--rate-max-tokens", type=int, nargs="+", default=[1, 4],
                    help="paced suite: max_tokens of the request-rate points")
+    p.add_argument("--no-floor", action="store_true",
+                   help="paced suite: skip the trivial server's floor (A/B runs of one frontend)")
     p.add_argument("--baseline", type=Path, default=None,
                    help="paced suite: an earlier benchmarks-paced.json to compare RSS, "
                         "start-up and p99 TTFT with")
@@ -572,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(repeats):
             stacks: list[Stack] = []
             try:
-                if paced:
+                if paced and not args.no_floor:
                     log(f"floor: the trivial server on the frontend core (repeat {rep + 1})")
                     results["floor"] += floor(args, prompts, logdir, rep)
                     save()
