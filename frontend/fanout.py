@@ -123,7 +123,7 @@ class Choice:
     __slots__ = ("group", "index", "prompt_index", "engine_id", "engine_index",
                  "prompt_token_ids", "params", "detok", "logprobs", "finish_reason",
                  "stop_reason", "finished", "num_cached_tokens",
-                 "weight_version", "weight_starts", "sent_tokens", "open_delta")
+                 "weight_version", "weight_starts", "sent_tokens", "open_delta", "lean")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
                  prompt_token_ids: list[int], params: SamplingParams,
@@ -149,6 +149,9 @@ class Choice:
         # Its delta not taken by the client yet (queued or held): later steps
         # merge into it.
         self.open_delta: Delta | None = None
+        # Streamed, plain text, no logprobs, every step due: most steps take
+        # the table's lean path (set by add_choice).
+        self.lean = False
 
     @property
     def token_ids(self) -> list[int]:
@@ -280,6 +283,8 @@ class Table:
         choice = Choice(group, index, prompt_index,
                         self.new_engine_id(group.request_id, prompt_index, index),
                         prompt_token_ids, params, detok, logprobs)
+        choice.lean = (group.stream and detok.plain and logprobs is None
+                       and (params.stream_interval or 1) <= 1)
         group.choices.append(choice)
         return choice
 
@@ -342,13 +347,26 @@ class Table:
         entries = self.entries
         observer = self.observer
         for outs in batch:
+            weight_version = outs.weight_version
             for out in outs.outputs:
                 choice = entries.get(out.request_id)
                 if choice is None:
                     self._on_unknown_output(out, outs.engine_index)
                     continue
                 group = choice.group
-                self._apply(choice, out, outs.weight_version)
+                new_ids = out.new_token_ids
+                if (choice.lean and len(new_ids) == 1 and out.finish_reason is None
+                        and choice.open_delta is None and not out.prefill_stats
+                        and weight_version is None):
+                    # The common streaming step, what _apply and _stream_step
+                    # do for it without their checks: one token's text, a
+                    # delta of its own, due at once.
+                    delta = choice.open_delta = Delta(
+                        choice, choice.detok.step_text(new_ids[0]), new_ids, None, None, None)
+                    delta.queued = True
+                    group.pending.append(delta)
+                else:
+                    self._apply(choice, out, weight_version)
                 if group.stream or group.done:  # non-streaming handlers wait for the end
                     touched[id(group)] = group
             if observer:

@@ -61,7 +61,7 @@ class IncrementalDetokenizer:
     """Text of one generated sequence, fed with the engine's per-step token deltas."""
 
     __slots__ = ("_model", "_tokenizer", "_stream", "_byte_level", "_skip_special",
-                 "_spaces_between_special", "_plain", "_last_special", "stop", "min_tokens",
+                 "_spaces_between_special", "plain", "_last_special", "stop", "min_tokens",
                  "include_stop_str_in_output", "stop_buffer_length", "token_ids", "_head",
                  "_head_len", "_tail", "_keep", "_streaming", "_last_output_offset")
 
@@ -82,8 +82,9 @@ class IncrementalDetokenizer:
                                         or not model.added_token_ids)
         self._last_special = False
         self.stop = stop or []
-        # No stop strings and no special-token spacing: the lean path of update.
-        self._plain = not self.stop and self._spaces_between_special
+        # No stop strings and no special-token spacing: the lean path of update
+        # (and, streaming, of the fan-out table: see step_text).
+        self.plain = not self.stop and self._spaces_between_special
         self.min_tokens = min_tokens
         self.include_stop_str_in_output = include_stop_str_in_output
         self.stop_buffer_length = (max(len(s) for s in self.stop) - 1
@@ -133,7 +134,7 @@ class IncrementalDetokenizer:
         """
         if not new_token_ids:
             return None
-        if self._plain:
+        if self.plain:
             self._append_plain(new_token_ids, stop_terminated)
             return None
         skipped_stop_token = None
@@ -177,22 +178,7 @@ class IncrementalDetokenizer:
         """``update`` without stop strings or special-token spacing: the common
         case, kept lean because it runs for every token of every stream."""
         if len(new_token_ids) == 1 and not stop_terminated:  # one token per step
-            token_id = new_token_ids[0]
-            self.token_ids.append(token_id)
-            byte_level = self._byte_level
-            # A token that is whole text on its own, nothing pending: the
-            # byte-level stream's table has its text (what step would return).
-            piece = (byte_level.table.get(token_id)
-                     if byte_level is not None and not byte_level.pending else None)
-            if not piece:
-                try:  # _step, inlined
-                    piece = self._stream.step(self._tokenizer, token_id)
-                except Exception as e:
-                    piece = self._recover(e, token_id)
-            if piece:
-                self._tail += piece
-                if len(self._tail) > 2 * self._keep:
-                    self._settle()
+            self._append_one(new_token_ids[0])
             return
         if stop_terminated and not self.include_stop_str_in_output:
             decoded = new_token_ids[:-1]
@@ -203,6 +189,35 @@ class IncrementalDetokenizer:
         if pieces:
             self._tail += "".join(pieces)
             self._settle()
+
+    def _append_one(self, token_id: int) -> str:
+        """Append one token (plain update); return its text, "" if none yet."""
+        self.token_ids.append(token_id)
+        byte_level = self._byte_level
+        # A token that is whole text on its own, nothing pending: the
+        # byte-level stream's table has its text (what step would return).
+        piece = (byte_level.table.get(token_id)
+                 if byte_level is not None and not byte_level.pending else None)
+        if not piece:
+            try:  # _step, inlined
+                piece = self._stream.step(self._tokenizer, token_id)
+            except Exception as e:
+                piece = self._recover(e, token_id)
+            if not piece:
+                return ""
+        self._tail += piece
+        if len(self._tail) > 2 * self._keep:
+            self._settle()
+        return piece
+
+    def step_text(self, token_id: int) -> str:
+        """``update([token_id], False)`` then ``next_text(False)``, fused, for a
+        ``plain`` detokenizer: with no stop string to hold text back, a step's
+        new text is the token's own, and every earlier step's was taken."""
+        piece = self._append_one(token_id)
+        self._streaming = True
+        self._last_output_offset += len(piece)
+        return piece
 
     def next_text(self, finished: bool) -> str:
         """New text since the last call, holding back a possible partial stop string."""
