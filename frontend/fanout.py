@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from frontend.errors import ApiError, engine_failure, internal_error
+from frontend.ids import random_hex
 from frontend.routing import Router
 from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
 from protocol import wire
@@ -259,7 +259,7 @@ class Table:
         # vLLM's shape: "<sample>_<request id>-<prompt>-<random>"; random part
         # keeps ids unique even when clients reuse request ids.
         while True:
-            eid = f"{sample}_{request_id}-{prompt_index}-{self._id_tag}{secrets.token_hex(4)}"
+            eid = f"{sample}_{request_id}-{prompt_index}-{self._id_tag}{random_hex(4)}"
             if eid not in self.entries:
                 return eid
 
