@@ -93,19 +93,23 @@ class ByteLevelStream:
 
     Text comes out only when the pending bytes decode to text that does not end
     in U+FFFD (an incomplete or invalid sequence waits for more tokens).
+
+    ``table`` and ``pending`` are public for the detokenizer's per-token fast
+    path: with nothing pending, a token whose ``table`` entry is a non-empty
+    string is exactly that text (anything else goes through :meth:`step`).
     """
 
-    __slots__ = ("_texts", "_table", "_skip_special", "_pending")
+    __slots__ = ("_texts", "table", "_skip_special", "pending")
 
     def __init__(self, texts: ByteLevelTexts, skip_special_tokens: bool) -> None:
         self._texts = texts
-        self._table = texts.complete[skip_special_tokens]
+        self.table = texts.complete[skip_special_tokens]
         self._skip_special = skip_special_tokens
-        self._pending = b""
+        self.pending = b""
 
     def step(self, _tokenizer: object, token_id: int) -> str | None:
-        if not self._pending:
-            text = self._table.get(token_id, _MISS)
+        if not self.pending:
+            text = self.table.get(token_id, _MISS)
             if text is _MISS:
                 text = self._texts.fill(token_id, self._skip_special)
             if text is not None:
@@ -116,10 +120,10 @@ class ByteLevelStream:
         texts = self._texts
         if self._skip_special and texts.is_special(token_id):
             return None
-        data = self._pending + texts.token_bytes(token_id)
+        data = self.pending + texts.token_bytes(token_id)
         text = data.decode("utf-8", "replace")
         if text and not text.endswith(REPLACEMENT):
-            self._pending = b""
+            self.pending = b""
             return text
-        self._pending = data
+        self.pending = data
         return None

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
 from frontend.errors import ApiError, engine_failure, internal_error
+from frontend.ids import random_hex
 from frontend.routing import Router
 from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
 from protocol import wire
@@ -127,7 +127,8 @@ class Choice:
     __slots__ = ("group", "index", "prompt_index", "engine_id", "engine_index",
                  "prompt_token_ids", "params", "detok", "logprobs", "finish_reason",
                  "stop_reason", "finished", "num_cached_tokens", "num_dropped",
-                 "weight_version", "weight_starts", "sent_tokens", "open_delta", "parser")
+                 "weight_version", "weight_starts", "sent_tokens", "open_delta", "parser",
+                 "lean")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
                  prompt_token_ids: list[int], params: SamplingParams,
@@ -160,6 +161,9 @@ class Choice:
         # A parsed delta is never merged with later steps: the parser sees
         # each engine output as vLLM's serving layer does.
         self.parser: Callable[[Delta], object] | None = None
+        # Streamed, plain text, no logprobs, every step due, no parser: most
+        # steps take the table's lean path (set by add_choice).
+        self.lean = False
 
     @property
     def token_ids(self) -> list[int]:
@@ -271,7 +275,7 @@ class Table:
         # vLLM's shape: "<sample>_<request id>-<prompt>-<random>"; random part
         # keeps ids unique even when clients reuse request ids.
         while True:
-            eid = f"{sample}_{request_id}-{prompt_index}-{self._id_tag}{secrets.token_hex(4)}"
+            eid = f"{sample}_{request_id}-{prompt_index}-{self._id_tag}{random_hex(4)}"
             if eid not in self.entries:
                 return eid
 
@@ -295,6 +299,8 @@ class Table:
         choice = Choice(group, index, prompt_index,
                         self.new_engine_id(group.request_id, prompt_index, index),
                         prompt_token_ids, params, detok, logprobs)
+        choice.lean = (group.stream and detok.plain and logprobs is None
+                       and (params.stream_interval or 1) <= 1)
         group.choices.append(choice)
         return choice
 
@@ -363,13 +369,26 @@ class Table:
         for outs in batch:
             if observer:
                 observer.on_step(outs)
+            weight_version = outs.weight_version
             for out in outs.outputs:
                 choice = entries.get(out.request_id)
                 if choice is None:
                     self._on_unknown_output(out, outs.engine_index)
                     continue
                 group = choice.group
-                self._apply(choice, out, outs.weight_version)
+                new_ids = out.new_token_ids
+                if (choice.lean and len(new_ids) == 1 and out.finish_reason is None
+                        and choice.open_delta is None and not out.prefill_stats
+                        and weight_version is None and choice.parser is None):
+                    # The common streaming step, what _apply and _stream_step
+                    # do for it without their checks: one token's text, a
+                    # delta of its own, due at once.
+                    delta = choice.open_delta = Delta(
+                        choice, choice.detok.step_text(new_ids[0]), new_ids, None, None, None)
+                    delta.queued = True
+                    group.pending.append(delta)
+                else:
+                    self._apply(choice, out, weight_version)
                 if group.stream or group.done:  # non-streaming handlers wait for the end
                     touched[id(group)] = group
             if len(outs.scheduler_stats) > 1:

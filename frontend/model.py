@@ -80,7 +80,10 @@ class ModelInfo:
 
     # -- tokenizer helpers with Hugging Face semantics ----------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        # The same ids as encode(); the batch "fast" form skips computing
+        # character offsets, a fifth of tokenization's cost.
+        return self.tokenizer.encode_batch_fast(
+            [text], add_special_tokens=add_special_tokens)[0].ids
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         encs = self.tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)

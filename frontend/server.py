@@ -110,6 +110,8 @@ class Server:
                    if config.metrics_dir is not None else None)
         self.metrics = Metrics(self.state, self.limits, engine_metrics, service)
         self.runner: web.AppRunner | None = None
+        self._limits_for: object = object()  # the ReadyResponse _limits was built for
+        self._limits: ModelLimits | None = None
         self._stopped = asyncio.Event()
         self._lora_restore: asyncio.Task | None = None
 
@@ -118,8 +120,13 @@ class Server:
         self.table.on_outputs(batch)
 
     def _model_limits(self) -> ModelLimits:
-        return dataclasses.replace(self.state.model_limits(),
-                                   num_clients=self.config.num_clients)
+        # Asked on every submit: built again only when an engine (re)attaches.
+        ready = self.state.ready
+        if self._limits_for is not ready:
+            self._limits = dataclasses.replace(self.state.model_limits(),
+                                               num_clients=self.config.num_clients)
+            self._limits_for = ready
+        return self._limits
 
     def _in_flight(self, rank: int) -> int:
         return self.router.ranks[rank].in_flight

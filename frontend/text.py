@@ -60,10 +60,10 @@ def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
 class IncrementalDetokenizer:
     """Text of one generated sequence, fed with the engine's per-step token deltas."""
 
-    __slots__ = ("_model", "_tokenizer", "_stream", "_skip_special", "_spaces_between_special",
-                 "_last_special", "stop", "min_tokens", "include_stop_str_in_output",
-                 "stop_buffer_length", "token_ids", "_head", "_head_len", "_tail", "_keep",
-                 "_streaming", "_last_output_offset")
+    __slots__ = ("_model", "_tokenizer", "_stream", "_byte_level", "_skip_special",
+                 "_spaces_between_special", "plain", "_last_special", "stop", "min_tokens",
+                 "include_stop_str_in_output", "stop_buffer_length", "token_ids", "_head",
+                 "_head_len", "_tail", "_keep", "_streaming", "_last_output_offset")
 
     def __init__(self, model: "ModelInfo", prompt_token_ids: list[int], *,
                  skip_special_tokens: bool = True,
@@ -74,12 +74,17 @@ class IncrementalDetokenizer:
         self._tokenizer = model.tokenizer
         self._skip_special = skip_special_tokens
         self._stream = _decode_stream(model, prompt_token_ids, skip_special_tokens)
+        # The byte-level stream, whose table the per-token fast path reads.
+        self._byte_level = self._stream if isinstance(self._stream, ByteLevelStream) else None
         # Spaces between consecutive added tokens are suppressed only when
         # specials are kept and the client asked for it.
         self._spaces_between_special = (skip_special_tokens or spaces_between_special_tokens
                                         or not model.added_token_ids)
         self._last_special = False
         self.stop = stop or []
+        # No stop strings and no special-token spacing: the lean path of update
+        # (and, streaming, of the fan-out table: see step_text).
+        self.plain = not self.stop and self._spaces_between_special
         self.min_tokens = min_tokens
         self.include_stop_str_in_output = include_stop_str_in_output
         self.stop_buffer_length = (max(len(s) for s in self.stop) - 1
@@ -129,7 +134,7 @@ class IncrementalDetokenizer:
         """
         if not new_token_ids:
             return None
-        if not self.stop and self._spaces_between_special:
+        if self.plain:
             self._append_plain(new_token_ids, stop_terminated)
             return None
         skipped_stop_token = None
@@ -173,16 +178,7 @@ class IncrementalDetokenizer:
         """``update`` without stop strings or special-token spacing: the common
         case, kept lean because it runs for every token of every stream."""
         if len(new_token_ids) == 1 and not stop_terminated:  # one token per step
-            token_id = new_token_ids[0]
-            self.token_ids.append(token_id)
-            try:  # _step, inlined
-                piece = self._stream.step(self._tokenizer, token_id)
-            except Exception as e:
-                piece = self._recover(e, token_id)
-            if piece:
-                self._tail += piece
-                if len(self._tail) > 2 * self._keep:
-                    self._settle()
+            self._append_one(new_token_ids[0])
             return
         if stop_terminated and not self.include_stop_str_in_output:
             decoded = new_token_ids[:-1]
@@ -193,6 +189,35 @@ class IncrementalDetokenizer:
         if pieces:
             self._tail += "".join(pieces)
             self._settle()
+
+    def _append_one(self, token_id: int) -> str:
+        """Append one token (plain update); return its text, "" if none yet."""
+        self.token_ids.append(token_id)
+        byte_level = self._byte_level
+        # A token that is whole text on its own, nothing pending: the
+        # byte-level stream's table has its text (what step would return).
+        piece = (byte_level.table.get(token_id)
+                 if byte_level is not None and not byte_level.pending else None)
+        if not piece:
+            try:  # _step, inlined
+                piece = self._stream.step(self._tokenizer, token_id)
+            except Exception as e:
+                piece = self._recover(e, token_id)
+            if not piece:
+                return ""
+        self._tail += piece
+        if len(self._tail) > 2 * self._keep:
+            self._settle()
+        return piece
+
+    def step_text(self, token_id: int) -> str:
+        """``update([token_id], False)`` then ``next_text(False)``, fused, for a
+        ``plain`` detokenizer: with no stop string to hold text back, a step's
+        new text is the token's own, and every earlier step's was taken."""
+        piece = self._append_one(token_id)
+        self._streaming = True
+        self._last_output_offset += len(piece)
+        return piece
 
     def next_text(self, finished: bool) -> str:
         """New text since the last call, holding back a possible partial stop string."""
@@ -232,6 +257,7 @@ class IncrementalDetokenizer:
         # tokenizers can produce non-monotonic invalid UTF-8 and break the
         # stream's state; start a fresh stream like vLLM does.
         self._stream = decoders.DecodeStream(skip_special_tokens=self._skip_special)
+        self._byte_level = None
         return self._stream.step(self._model.tokenizer, token_id)
 
 

@@ -91,3 +91,141 @@ def test_report_renders_markdown(tmp_path):
     assert "| streaming c=64: output tok/s ≥ 3× vLLM | 3.15 (3.00–3.30)×" in text
     assert "| streaming c=64: p99 TTFT ≤ 0.5× vLLM | 0.40 (0.40–0.40)× | met |" in text
     assert "start-up < 1 s after the engine is ready | 0.050 s | met" in text
+
+
+@pytest.fixture
+def paced_trivial_server():
+    port = procs.free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tools.bench.trivial_server",
+                             "--port", str(port), "--step-time", "0.002"], cwd=procs.REPO_ROOT)
+    try:
+        procs.wait_healthy_tcp(procs.HOST, port, 20)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_paced_trivial_server_writes_one_chunk_per_stream_per_step(paced_trivial_server):
+    import uvloop
+
+    client = Client(procs.HOST, paced_trivial_server, ["hello world"] * 4)
+    w = Workload("t", 8, max_tokens=16)
+    r = uvloop.run(run_point(client, w, 0.5, max_requests=200))
+    assert r.errors == 0 and r.bad_token_counts == 0 and r.measured > 0
+    # 16 tokens, one every 2 ms: a stream lasts 30 ms or more, its tokens
+    # arrive one per read (no merged steps), about 2 ms apart.
+    assert r.latency_ms["p50"] >= 28
+    assert 1.0 <= r.itl_ms["p50"] <= 6.0
+    assert r.tok_s <= 8 * 500 * 1.1
+
+
+def _chunked(*events: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+
+
+def test_chat_requests_and_their_role_event():
+    """A chat request carries the prompt as a user message; the stream's first
+    event (the role, no content) is not a token."""
+    import asyncio
+
+    from tools.bench.loadgen import Record, _Conn
+
+    client = Client("h", 1, ["hi there"], model="m")
+    raw = client.build(Workload("c", 1, api="chat", max_tokens=3), 3)
+    head, body = raw.split(b"\r\n\r\n")
+    assert head.startswith(b"POST /v1/chat/completions HTTP/1.1")
+    assert json.loads(body)["messages"] == [{"role": "user", "content": "hi there"}]
+    assert b"POST /v1/completions " in client.build(Workload("p", 1), 3)
+
+    async def parse() -> Record:
+        conn = _Conn()
+        conn.rec = Record(t_send=0.0)
+        conn.fut = fut = asyncio.get_running_loop().create_future()
+        conn.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        conn.data_received(_chunked(
+            b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n',
+            b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+            b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n',
+            b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n'
+            b"data: [DONE]\n\n"))
+        return await fut
+
+    rec = asyncio.run(parse())
+    assert rec.error is None and rec.completion_tokens == 2 and sum(rec.ev_n) == 2
+
+
+def test_paced_suite_points_and_floor():
+    from tools.bench import run
+
+    args = run.parse_args(["--suite", "paced"])
+    names = [run.point_name(w, st) for st, w in run.paced_points(args)]
+    assert names[:3] == ["stream-c16@2ms", "stream-c64@2ms", "stream-c256@2ms"]
+    assert "chat-stream-c64@1ms" in names and "stream-c256@0ms" in names
+    assert "plain-mt1-c64@2ms" in names and "plain-mt4-c64@2ms" in names
+    assert "plain-mt1-c64@1ms" not in names
+    floors = [run.point_name(w, st) for st, w in run.floor_points(args)]
+    assert {"stream-c64@0ms", "stream-c64@2ms", "stream-c256@1ms",
+            "plain-mt1-c64@0ms"} <= set(floors)
+    quick = run.parse_args(["--suite", "paced", "--quick"])
+    assert [run.point_name(w, st) for st, w in run.paced_points(quick)] == [
+        "stream-c64@2ms", "chat-stream-c64@2ms", "plain-mt1-c64@2ms", "plain-mt4-c64@2ms",
+        "stream-c64@0ms"]
+
+
+def test_report_renders_the_paced_section(tmp_path):
+    from tools.bench import report
+
+    def run(fe, point, rep, cpu, tok_s=30000.0, req_s=200.0, stream=True):
+        return {"frontend": fe, "engine": "mock", "repeat": rep, "point": point,
+                "tok_s": tok_s, "req_s": req_s, "errors": 0, "bad_token_counts": 0,
+                "ttft_ms": {"p50": 5.0, "p99": 9.0} if stream else {"n": 0},
+                "itl_ms": {"p50": 2.0, "p99": 3.0} if stream else {"n": 0},
+                "frontend_cpu_s_per_1k_tok": cpu, "frontend_cpu_ms_per_req": cpu * 128,
+                "frontend_cpu_share": 0.5, "core_busy": {"0": 0.5, "1": 0.5},
+                "rss_peak_mb": 60.0}
+
+    def floor(point, rep, cpu):
+        return {"point": point, "repeat": rep, "tok_s": 30000.0, "req_s": 250.0,
+                "server_cpu_s_per_1k_tok": cpu, "server_cpu_ms_per_req": cpu,
+                "server_cpu_share": 0.3, "loadgen_cpu_share": 0.3}
+
+    def point(name, stream=True):
+        return {"name": name, "load": name.split("@")[0], "concurrency": 64,
+                "stream": stream, "n": 1, "prompts_per_request": 1}
+
+    runs, floors = [], []
+    for rep in (0, 1):
+        runs += [run("ours", "stream-c64@2ms", rep, 0.012), run("vllm", "stream-c64@2ms", rep,
+                                                                0.06),
+                 run("ours", "stream-c256@0ms", rep, 0.01, tok_s=100000.0),
+                 run("vllm", "stream-c256@0ms", rep, 0.05, tok_s=25000.0),
+                 run("ours", "plain-mt1-c64@2ms", rep, 0.5, req_s=3000.0, stream=False),
+                 run("vllm", "plain-mt1-c64@2ms", rep, 2.0, req_s=1000.0, stream=False)]
+        floors += [floor("stream-c64@0ms", rep, 0.01), floor("stream-c64@2ms", rep, 0.006),
+                   floor("plain-mt1-c64@0ms", rep, 0.05)]
+    data = {
+        "command": "x", "args": {"suite": "paced", "frontend_cpu": 0, "other_cpu": 1,
+                                 "duration": 1.0, "ceiling_duration": 1.0, "max_num_seqs": 512},
+        "machine": {}, "started": "t0", "finished": "t1", "loadavg_start": [0, 0, 0],
+        "loadavg_end": [0, 0, 0],
+        "points": [point("stream-c64@2ms"), point("stream-c256@0ms"),
+                   point("plain-mt1-c64@2ms", stream=False)],
+        "floor": floors, "failures": [], "runs": runs,
+        "startup": [{"frontend": "ours", "engine": "mock", "repeat": 0,
+                     "engine_ready_to_serving_s": 0.05, "rss_idle_mb": 50.0}]}
+    path = tmp_path / "benchmarks-paced.json"
+    path.write_text(json.dumps(data))
+    md = report.render_paced_into(path, tmp_path / "benchmarks.md")
+    text = md.read_text()
+    assert "## Engine-paced regime and request rate" in text
+    assert ("| stream-c64@2ms: frontend CPU per output token ≤ 1/4 of vLLM's | "
+            "0.200 (0.200–0.200)× vLLM's | met |") in text
+    assert "(trivial server, unpaced, CPU per chunk) | 1.20 (1.20–1.20)× the floor | met" in text
+    assert "(trivial server, paced 2 ms, CPU per chunk) | 2.00 (2.00–2.00)× the floor | " \
+           "missed (1.33× the target)" in text
+    assert "| stream-c256@0ms (frontend-bound): output tok/s ≥ 5× vLLM's | 4.00 " \
+           "(4.00–4.00)× | missed (80% of the target) |" in text
+    assert "| plain-mt1-c64@2ms: requests/s ≥ 4× vLLM's | 3.00 (3.00–3.00)× | missed" in text
+    assert ("| plain-mt1-c64@0ms | 30,000 (30,000–30,000) | 250 | 0.0500 (0.0500–0.0500) | "
+            "0.050 (0.050–0.050) |") in text

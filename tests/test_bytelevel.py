@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import decoders
@@ -11,8 +12,6 @@ from tokenizers import decoders
 from frontend.bytelevel import ByteLevelStream, is_byte_level
 from frontend.model import load_model_info
 from frontend.text import IncrementalDetokenizer
-
-import pytest
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 
 from frontend.fanout import Group
 from frontend.model import load_model_info
+from frontend.openai.common import StreamOptions
 from frontend.openai.completions import CompletionRequest, CompletionView
 from frontend.openai.sampling import build_sampling_params
 from protocol import wire
@@ -130,3 +131,63 @@ def test_stream_interval_with_a_lagging_client(model):
     [last] = group.take()
     assert last.token_ids == toks[7:9] and last.finish_reason == "length"
     assert "".join(d.text for d in (first, second, third, last)) == model.decode(toks)
+
+
+def _random_streams(model, seed: int, lean: bool) -> list[bytes]:
+    """Eight streams fed the same random steps (1-3 tokens, special and
+    partial-UTF-8 ones, early finishes, one or two messages per wake-up);
+    ``lean=False`` sends every step through the table's full path."""
+    import random
+    import re
+    rng = random.Random(seed)
+    state = hot_path.make_state(model, max_model_len=1024)
+    table = state.table
+    streams = []
+    for i in range(8):
+        req = CompletionRequest(model="tiny", prompt="Hello é", max_tokens=40, stream=True,
+                                skip_special_tokens=i % 3 != 0,
+                                stream_options=StreamOptions(include_usage=True) if i % 2 else None)
+        ids = model.encode(req.prompt)
+        group = Group(f"cmpl-{i}", stream=True)
+        params = build_sampling_params(model, msgspec.structs.asdict(req), max_tokens=40,
+                                       stream=True)
+        choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
+                                  params=params)
+        table.submit(group)
+        assert choice.lean
+        choice.lean = lean
+        view = CompletionView(state, req, group, "tiny", [(ids, req.prompt)])
+        view.start_stream()
+        sent: list[bytes] = []
+        group.sink = lambda deltas, view=view, sent=sent: (sent.append(view._render(deltas)),
+                                                            (0, False))[1]
+        streams.append((choice, sent))
+    for step in range(40):
+        outs = []
+        for choice, _ in streams:
+            if choice.finished:
+                continue
+            toks = [rng.choice([rng.randrange(0, 6), rng.randrange(6, 1200)])
+                    for _ in range(rng.choice([1, 1, 1, 2, 3]))]
+            out = wire.EngineCoreOutput(choice.engine_id, toks)
+            if step == 0:
+                out.prefill_stats = {"num_cached_tokens": 0}
+            if step == 39 or rng.random() < 0.02:
+                out.finish_reason = wire.FinishReason.LENGTH
+            outs.append(out)
+        msgs = [wire.decode_step(wire.encode_outputs(wire.EngineCoreOutputs(outputs=outs[j::2])))
+                for j in range(2)]
+        if rng.random() < 0.5:
+            table.on_outputs(msgs)
+        else:
+            for m in msgs:
+                table.on_outputs([m])
+    assert not table.entries
+    return [re.sub(rb'"created":\d+', b"", b"".join(sent)) for _, sent in streams]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lean_streaming_steps_write_the_same_bytes(model, seed):
+    """The table's lean path for one-token streaming steps is byte-identical to
+    the full one."""
+    assert _random_streams(model, seed, lean=True) == _random_streams(model, seed, lean=False)

@@ -101,9 +101,9 @@ def test_count_choices_without_decoding_prompts():
 def test_every_generation_route_is_admission_controlled(tiny_model_dir):
     """The route table is the one list: each POST route that starts engine work
     has a choice counter, so admission and the drain gate cover it."""
-    from tools.bench import hot_path
     from frontend.model import load_model_info
     from frontend.openai.routes import openai_routes
+    from tools.bench import hot_path
 
     state = hot_path.make_state(load_model_info(str(tiny_model_dir), served_names=["tiny"]))
     # Every optional route on: the LoRA admin routes too.
@@ -257,8 +257,8 @@ def test_ops_flags_reject_garbage(flag, value):
 
 
 def test_ops_flag_values():
-    from frontend.ops import flags
     from frontend.cli import build_parser
+    from frontend.ops import flags
     args = build_parser().parse_args([
         "--engine-addr", "tcp://127.0.0.1:1", "--model", "m", "--max-request-body-size",
         "512k", "--allowed-origins", "https://a.example, https://b.example",

@@ -66,11 +66,12 @@ def test_unix_socket_replaces_a_stale_socket_file(start_ops_stack, tmp_path):
 # ------------------------------------------------------------------------ TLS
 def _write_pki(directory: Path) -> dict[str, Path]:
     """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-    import ipaddress
 
     now = datetime.datetime.now(datetime.timezone.utc)
 

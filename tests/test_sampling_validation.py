@@ -31,12 +31,12 @@ import pytest
 
 try:
     import vllm
+    import vllm.sampling_params as vsp
     from vllm.exceptions import VLLMValidationError
     from vllm.renderers.base import BaseRenderer
     from vllm.renderers.params import TokenizeParams
     from vllm.sampling_params import RepetitionDetectionParams
     from vllm.sampling_params import SamplingParams as VSamplingParams
-    import vllm.sampling_params as vsp
     from vllm.v1.engine import EngineCoreRequest as VRequest
     from vllm.v1.engine.input_processor import InputProcessor
     from vllm.v1.serial_utils import MsgpackDecoder
@@ -49,8 +49,14 @@ except Exception as exc:
 
 from protocol import wire
 from protocol.errors import ValidationError
-from protocol.sampling import (MAX_LOGPROB_TOKEN_IDS, MAX_NUM_BAD_WORDS, MAX_N_SEQUENCES,
-                               ModelLimits, RepetitionDetection, SamplingParams)
+from protocol.sampling import (
+    MAX_LOGPROB_TOKEN_IDS,
+    MAX_N_SEQUENCES,
+    MAX_NUM_BAD_WORDS,
+    ModelLimits,
+    RepetitionDetection,
+    SamplingParams,
+)
 
 VOCAB = 1000
 MAX_MODEL_LEN = 512

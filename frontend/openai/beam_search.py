@@ -29,7 +29,6 @@ at once, after the search, as vLLM sends it.
 from __future__ import annotations
 
 import asyncio
-import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -37,6 +36,7 @@ from aiohttp import web
 
 from frontend.errors import ApiError, from_validation
 from frontend.fanout import Delta, Group
+from frontend.ids import random_hex
 from frontend.openai.sampling import finalize, get_max_tokens
 from frontend.state import AppState
 from frontend.text import Position
@@ -248,7 +248,7 @@ async def run_step(state: AppState, request_id: str, beams: list[Beam],
     None if the engine aborted any of them. Whatever happens (error, client
     gone), every request of the step is finished or aborted when this returns."""
     table = state.table
-    group = Group(f"{request_id}-{secrets.token_hex(8)}", stream=False)
+    group = Group(f"{request_id}-{random_hex(8)}", stream=False)
     group.lora = lora
     for i, beam in enumerate(beams):
         # Each beam is a prompt of its own (n=1 in metrics, as each is in vLLM).

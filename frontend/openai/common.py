@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from typing import Any, Mapping, TypeVar
 
 import msgspec
@@ -13,6 +12,7 @@ from aiohttp import web
 
 from frontend.errors import ApiError, from_msgspec, from_validation
 from frontend.fanout import Group
+from frontend.ids import random_hex
 from frontend.state import AppState
 from protocol.errors import ValidationError
 
@@ -59,7 +59,7 @@ def json_decode_error(body: bytes) -> ApiError | None:
 def request_id_for(request: web.Request, body_request_id: str | None) -> str:
     """The X-Request-Id header, else the body's request_id, else random hex (as vLLM)."""
     return (request.headers.get("X-Request-Id") or body_request_id
-            or secrets.token_hex(8))
+            or random_hex(8))
 
 
 CACHE_SALT_MAX_LENGTH = 128

@@ -1,4 +1,5 @@
-"""A lean closed-loop load generator for ``/v1/completions`` (HTTP/1.1, asyncio).
+"""A lean closed-loop load generator for ``/v1/completions`` and
+``/v1/chat/completions`` (HTTP/1.1, asyncio).
 
 It speaks raw HTTP/1.1 over keep-alive connections (one per concurrency slot)
 with an ``asyncio.Protocol``: no HTTP client library, no JSON parsing of
@@ -17,7 +18,8 @@ Accounting (see docs/benchmarks.md):
   request and lasts ``duration`` seconds (or until ``max_requests`` requests
   have been sent). Then no new request is sent and the ones in flight finish.
 * **Throughput** counts the output tokens *received inside the window*: every
-  token-carrying SSE event of a request is credited
+  token-carrying SSE event of a request (a chat stream's first event, the
+  role with empty content, carries none) is credited
   ``completion_tokens / token events`` (usage from the final usage chunk); a
   non-streamed response's tokens are spread evenly over its lifetime (send ->
   end) and the part inside the window counts.
@@ -40,6 +42,9 @@ from typing import Any, Callable, Sequence
 
 _USAGE_RE = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 _PROMPT_USAGE_RE = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+# A chat stream's first event: the role, no token.
+_ROLE_EVENT = b'"delta":{"role":"assistant","content":""}'
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _now = time.perf_counter
 
 
@@ -53,6 +58,7 @@ class Workload:
     n: int = 1
     max_tokens: int = 128
     temperature: float = 0.0
+    api: str = "completions"  # or "chat" (the prompt as one user message)
 
     @property
     def choices(self) -> int:
@@ -166,6 +172,8 @@ class _Conn(asyncio.Protocol):
                     k -= payload.count(b'"choices":[]') + payload.count(b"data: [DONE]")
                     if b'"error"' in payload and b'"object"' not in payload:
                         rec.error = payload[:300].decode(errors="replace")
+                if b'"role"' in payload:
+                    k -= payload.count(_ROLE_EVENT)
                 n_tok += max(k, 0)
             if b'"completion_tokens"' in payload:
                 self.tail = payload
@@ -209,11 +217,10 @@ class Client:
     """Builds requests for a workload and keeps connections."""
 
     def __init__(self, host: str, port: int, prompts: Sequence[str], model: str = "tiny",
-                 path: str = "/v1/completions", timeout: float = 300.0) -> None:
+                 timeout: float = 300.0) -> None:
         self.host, self.port = host, port
         self.prompts = list(prompts)
         self.model = model
-        self.path = path
         self.timeout = timeout
         self._rng = random.Random(1234)
 
@@ -225,16 +232,21 @@ class Client:
     def build(self, w: Workload, max_tokens: int) -> bytes:
         k = w.prompts_per_request
         picks = [self.prompts[self._rng.randrange(len(self.prompts))] for _ in range(k)]
-        body: dict[str, Any] = {
-            "model": self.model, "prompt": picks[0] if k == 1 else picks,
-            "max_tokens": max_tokens, "ignore_eos": True, "temperature": w.temperature,
-            "stream": w.stream}
+        body: dict[str, Any] = {"model": self.model}
+        if w.api == "chat":
+            if k != 1:
+                raise ValueError("a chat request has one conversation")
+            body["messages"] = [{"role": "user", "content": picks[0]}]
+        else:
+            body["prompt"] = picks[0] if k == 1 else picks
+        body.update(max_tokens=max_tokens, ignore_eos=True, temperature=w.temperature,
+                    stream=w.stream)
         if w.n != 1:
             body["n"] = w.n
         if w.stream:
             body["stream_options"] = {"include_usage": True}
         data = json.dumps(body, separators=(",", ":")).encode()
-        return (f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+        return (f"POST {PATHS[w.api]} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
                 f"Content-Type: application/json\r\nAccept: */*\r\n"
                 f"Content-Length: {len(data)}\r\n\r\n").encode() + data
 

@@ -1,13 +1,17 @@
-"""Profile our frontend under the mock engine (step time 0) with py-spy.
+"""Profile our frontend under the mock engine with py-spy.
 
     .venv/bin/python -m tools.bench.profile [--concurrency 64 256] [--duration 20]
+    .venv/bin/python -m tools.bench.profile --step-time 0.002 \
+        --loads stream-c64 plain-mt1-c64 [--summary build/profile/paced.md]
 
 Starts the mock engine and our frontend as the benchmark does (frontend on
-core 0, the rest on core 1), then for each concurrency runs the streaming
-completions load while ``py-spy record`` samples the frontend. Writes, per
-concurrency, a flame graph (SVG) and the raw collapsed stacks into
-``--out-dir`` (default build/profile/), and a summary with the hottest
-functions (self and inclusive, % of the frontend's busy samples) to
+core 0, the rest on core 1), then for each load (``--loads``, names as the
+benchmark's: ``[chat-]stream-cC``, ``plain[-mtK]-cC``; default: streaming
+completions at each ``--concurrency``) runs it while ``py-spy record``
+samples the frontend, the mock stepping every ``--step-time`` seconds (0: as
+fast as it can). Writes, per load, a flame graph (SVG) and the raw collapsed
+stacks into ``--out-dir`` (default build/profile/), and a summary with the
+hottest functions (self and inclusive, % of the frontend's busy samples) to
 ``docs/profile.md``. Needs ``py-spy`` (``pip install py-spy``) and ptrace
 rights (root, or CAP_SYS_PTRACE).
 """
@@ -31,6 +35,17 @@ from tools.bench.run import SERVED, Stack, warm_up
 
 REPO = procs.REPO_ROOT
 _LINE = re.compile(r":\d+\)$")
+_LOAD = re.compile(r"(chat-)?(stream|plain)(?:-mt(\d+))?-c(\d+)$")
+
+
+def parse_load(name: str) -> Workload:
+    """``chat-stream-c64``, ``plain-mt1-c64``, ... -> the benchmark's workload."""
+    m = _LOAD.match(name)
+    if not m:
+        raise ValueError(f"not a load name: {name!r}")
+    chat, kind, mt, c = m.groups()
+    return Workload(name, int(c), stream=kind == "stream", max_tokens=int(mt or 128),
+                    api="chat" if chat else "completions")
 
 
 def _frame_name(frame: str) -> str:
@@ -39,6 +54,93 @@ def _frame_name(frame: str) -> str:
     frame = re.sub(r"\(.*?site-packages/", "(", frame)
     frame = frame.replace(f"({REPO}/", "(")
     return frame
+
+
+# Where a sample's CPU goes, by the innermost frame that names a job (tried
+# from the leaf up; the first rule that matches wins). "per request" and "per
+# chunk" group them.
+CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
+    ("per request", "tokenize the prompt", ("ModelInfo.encode", "Renderer.encode ")),
+    ("per request", "render the chat template", ("ChatTemplate.render", "jinja2")),
+    ("per request", "parse chat messages", ("parse_messages",)),
+    ("per request", "ADD: validate + encode (wire.encode_add)", ("encode_add",)),
+    ("per request", "ADD: zmq send", ("EngineClient.send_add",)),
+    ("per request", "ADD: other submit work (ids, routing, metrics)", ("Table.submit",)),
+    ("per request", "detokenizer set-up (add_choice)", ("Table.add_choice",)),
+    ("per request", "sampling params", ("build_sampling_params", "child_params",
+                                        "get_max_tokens")),
+    ("per request", "body decode + validation", ("decode_body", "validate_request",
+                                                 "count_choices")),
+    ("per request", "non-streaming response body", ("full_response",)),
+    ("per request", "release (abort, table, metrics)", ("Table.release",)),
+    ("per request", "stream start (headers, socket options)", ("SseWriter.start",)),
+    ("per request", "stream end (usage chunk, [DONE], eof)", ("SseWriter.done",
+                                                             "SseWriter.write_event",
+                                                             "_closing")),
+    ("per request", "response: prepare + write (aiohttp)", ("StreamResponse.prepare",
+                                                           "Response.write_eof",
+                                                           "StreamResponse.write_eof",
+                                                           "_prepare_hook",
+                                                           "finish_response")),
+    ("per request", "request handler, other", ("create_completion",
+                                               "create_chat_completion")),
+    ("per request", "middlewares", ("count_requests", "Cors.middleware", ".limits ",
+                                    "error_middleware", "_fix_request_current_app",
+                                    "Application._handle")),
+    ("per request", "HTTP parsing + connection handling (aiohttp)", ("web_protocol.py",)),
+    ("per chunk", "chunk formatting (JSON, SSE framing)", ("View._render", "View._chunk",
+                                                          "_render (", "_chunk (")),
+    ("per chunk", "socket write", ("SseWriter.push",)),
+    ("per chunk", "detokenize", ("IncrementalDetokenizer", "ByteLevelStream")),
+    ("per chunk", "metrics (per step)", ("EngineMetrics.on_step",)),
+    ("per chunk", "fan-out (route, merge, wake)", ("Table.on_outputs", "Table._apply",
+                                                   "Table._stream_step", "Delta.")),
+    ("per chunk", "engine message decode", ("wire.py",)),
+    ("per chunk", "engine reader, other (zmq recv)", ("EngineClient._on_output_readable",)),
+    ("other", "event loop (uvloop/asyncio itself)", ("runners.py",)),
+]
+
+
+def categorize(raw: Path) -> tuple[int, list[tuple[str, str, int]]]:
+    """Samples per (group, category) of CATEGORIES; the rest is "other"."""
+    counts: Counter = Counter()
+    total = 0
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        try:
+            n = int(count)
+        except ValueError:
+            continue
+        frames = [_frame_name(f) for f in stack.split(";")
+                  if f and not f.startswith(("process ", "thread "))]
+        if not frames:
+            continue
+        total += n
+        key = ("other", "other")
+        for frame in reversed(frames):
+            hit = next(((g, c) for g, c, needles in CATEGORIES
+                        if any(x in frame + " " for x in needles)), None)
+            if hit is not None:
+                key = hit
+                break
+        counts[key] += n
+    rows = sorted(((g, c, n) for (g, c), n in counts.items()),
+                  key=lambda r: (r[0] != "per request", r[0] != "per chunk", -r[2]))
+    return total, rows
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of a process (the zmq I/O thread is not a
+    Python thread: py-spy does not see it)."""
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / procs.CLK_TCK
+    return out
 
 
 def analyze(raw: Path, top: int = 25) -> dict:
@@ -79,12 +181,17 @@ def _table(rows: list[tuple[str, int]], total: int) -> list[str]:
 
 async def _load(client: Client, w: Workload, duration: float) -> dict:
     r = await run_point(client, w, duration, max_requests=10 ** 6)
-    return {"tok_s": r.tok_s, "ttft_p99": r.ttft_ms.get("p99"), "errors": r.errors}
+    return {"tok_s": r.tok_s, "req_s": r.req_s, "ttft_p99": r.ttft_ms.get("p99"),
+            "errors": r.errors}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--concurrency", type=int, nargs="+", default=[64, 256])
+    p.add_argument("--loads", nargs="+", default=None,
+                   help="load names (default: stream-cC for each --concurrency)")
+    p.add_argument("--step-time", type=float, default=0.0,
+                   help="the mock engine's step time, seconds (default 0)")
     p.add_argument("--duration", type=float, default=20.0, help="seconds sampled per point")
     p.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     p.add_argument("--model", type=Path, default=REPO / "build" / "tiny")
@@ -111,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     logdir = Path(f"/tmp/bench-profile-{time.strftime('%Y%m%d-%H%M%S')}")
     logdir.mkdir(parents=True)
     # Stack wants the benchmark's arguments.
-    ns = argparse.Namespace(model=args.model, max_num_seqs=512, mock_step_time=0.0, frontend_cpu=args.frontend_cpu,
+    loads = [parse_load(n) for n in (args.loads or [f"stream-c{c}" for c in args.concurrency])]
+    ns = argparse.Namespace(model=args.model, max_num_seqs=512,
+                            mock_step_time=args.step_time, frontend_cpu=args.frontend_cpu,
                             other_cpu=args.other_cpu, vllm_arg=[], ours_arg=args.ours_arg,
                             start_timeout=120.0, nice=0)
     stack = Stack(args.frontend, "mock", ns, logdir, "profile")
@@ -122,10 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         client = Client(procs.HOST, stack.port, prompts, model=SERVED)
         warm_up(client)
         import uvloop
-        for c in args.concurrency:
-            w = Workload(f"stream-c{c}", c)
-            svg = args.out_dir / f"{args.frontend}-mock-stream-c{c}.svg"
-            raw = args.out_dir / f"{args.frontend}-mock-stream-c{c}.txt"
+        step = f"{args.step_time * 1000:g}ms"
+        for w in loads:
+            svg = args.out_dir / f"{args.frontend}-mock-{w.name}@{step}.svg"
+            raw = args.out_dir / f"{args.frontend}-mock-{w.name}@{step}.txt"
             # Load first (past its staggered start), then sample.
             spy_cmd = [pyspy, "record", "--pid", str(stack.frontend.pid), "--rate",
                        str(args.rate), "--duration", str(int(args.duration)), "--format", "raw",
@@ -134,26 +243,31 @@ def main(argv: list[str] | None = None) -> int:
             async def both() -> tuple[dict, float, float]:
                 task = asyncio.create_task(_load(client, w, args.duration + 8))
                 await asyncio.sleep(4.0)
+                threads0 = thread_cpu(stack.frontend.pid)
                 cpu0, t0 = procs.cpu_seconds(stack.pids), time.monotonic()
                 spy = await asyncio.create_subprocess_exec(
                     *spy_cmd, stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.PIPE)
                 _, err = await spy.communicate()
                 share = (procs.cpu_seconds(stack.pids) - cpu0) / (time.monotonic() - t0)
+                threads1 = thread_cpu(stack.frontend.pid)
+                threads.clear()
+                threads.update({k: v - threads0.get(k, 0.0) for k, v in threads1.items()})
                 if spy.returncode != 0:
                     print(err.decode(errors="replace"), file=sys.stderr)
                 return await task, share, spy.returncode
 
+            threads: dict[str, float] = {}
             load, share, rc = uvloop.run(both())
             if rc != 0 or not raw.exists():
                 raise RuntimeError(f"py-spy failed ({rc})")
             _raw_to_svg(raw, svg)  # an icicle graph from the same samples
             a = analyze(raw)
-            print(f"stream c={c}: {load['tok_s']:,.0f} tok/s, frontend CPU share {share:.0%}, "
-                  f"{a['total']} busy samples")
+            print(f"{w.name}: {load['tok_s']:,.0f} tok/s, {load['req_s']:,.0f} req/s, "
+                  f"frontend CPU share {share:.0%}, {a['total']} busy samples")
             for name, n in a["self"][:15]:
                 print(f"  {100 * n / a['total']:5.1f}%  {name}")
-            sections.append((c, load, share, a, svg, raw))
+            sections.append((w, load, share, a, svg, raw, dict(threads)))
     finally:
         stack.stop()
     who = "our frontend" if args.frontend == "ours" else "vLLM's Python API server"
@@ -161,18 +275,30 @@ def main(argv: list[str] | None = None) -> int:
              "Generated by `.venv/bin/python -m tools.bench.profile "
              + " ".join(argv if argv is not None else sys.argv[1:]) + "` "
              f"({time.strftime('%Y-%m-%d %H:%M')}, code: {_git()}): py-spy {args.rate} Hz, "
-             f"{args.duration:.0f} s per point, streaming /v1/completions (128 prompt + 128 "
-             "output tokens), mock engine with step time 0, frontend on one core. "
+             f"{args.duration:.0f} s per point, 128-token prompts (128 output tokens unless "
+             f"the load says mtK), mock engine with step time {args.step_time * 1000:g} ms, "
+             "frontend on one core. "
              "Percentages are of the samples in which the frontend's Python thread was busy "
              "(idle samples in the event loop's poll are excluded); time spent in C code "
              "(msgspec, zmq, uvloop, tokenizers) is attributed to the Python function that "
              "called it. Icicle graphs (SVG) and raw collapsed stacks: "
              f"`{_rel(args.out_dir)}/` (not committed).",
              ""]
-    for c, load, share, a, svg, raw in sections:
-        lines += [f"## Streaming, concurrency {c}", "",
-                  f"{load['tok_s']:,.0f} output tok/s while sampled, frontend CPU share "
-                  f"{share:.0%}, {a['total']} busy samples.", "",
+    for w, load, share, a, svg, raw, threads in sections:
+        total_cpu = sum(threads.values()) or 1.0
+        total, rows = categorize(raw)
+        lines += [f"## {w.name} (step time {args.step_time * 1000:g} ms)", "",
+                  f"{load['tok_s']:,.0f} output tok/s, {load['req_s']:,.0f} req/s while "
+                  f"sampled, frontend CPU share {share:.0%}, {a['total']} busy samples.", "",
+                  "CPU by thread while sampled (py-spy sees only the Python ones): "
+                  + ", ".join(f"{name} {100 * v / total_cpu:.0f} %"
+                              for name, v in sorted(threads.items(), key=lambda kv: -kv[1])
+                              if v > 0) + ".", "",
+                  "### By job (innermost frame that names one)", "",
+                  "| group | job | % |", "|---|---|---:|",
+                  *[f"| {g} | {c} | {100 * n / total:.1f} |" for g, c, n in rows],
+                  *[f"| **{g}, total** | | **{100 * sum(n for gg, _, n in rows if gg == g) / total:.1f}** |"
+                    for g in ("per request", "per chunk", "other")], "",
                   "### Self time (the function itself, and C code it calls)", "",
                   *_table(a["self"], a["total"]), "",
                   "### Inclusive time (the function and everything below it)", "",

@@ -1,6 +1,11 @@
 """Render benchmark results (JSON from tools.bench.run) as Markdown and a PNG plot.
 
     .venv/bin/python -m tools.bench.report docs/benchmarks.json [--md docs/benchmarks.md]
+    .venv/bin/python -m tools.bench.report docs/benchmarks-paced.json
+
+The second (``--suite paced``) renders the "Engine-paced regime" section,
+which ``docs/benchmarks.md`` carries after the frontend-bound results
+(``benchmarks-paced.json`` beside ``benchmarks.json``).
 """
 
 from __future__ import annotations
@@ -426,10 +431,11 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def render(json_path: Path, md_path: Path, png_path: Path) -> tuple[Path, Path]:
+def render(json_path: Path, md_path: Path, png_path: Path,
+           draw: bool = True) -> tuple[Path, Path]:
     data = json.loads(Path(json_path).read_text())
     res = Results(data)
-    if res.engines:
+    if res.engines and draw:
         try:
             plot(res, png_path)
         except ImportError:
@@ -463,6 +469,9 @@ def render(json_path: Path, md_path: Path, png_path: Path) -> tuple[Path, Path]:
             "## Start-up and memory", "", *startup_section(res), ""]
     for engine in res.engines:
         out += [f"## Results: {ENGINE_TITLE[engine]}", "", *results_section(res, engine), ""]
+    paced_json = Path(json_path).with_name(f"{Path(json_path).stem}-paced.json")
+    if paced_json.exists():
+        out += paced_section(json.loads(paced_json.read_text()), paced_json)
     out += ["## Noise in this run", "", *noise_section(res), "", READING, METHOD]
     profile = md_path.parent / "profile.md"
     if profile.exists():
@@ -471,12 +480,261 @@ def render(json_path: Path, md_path: Path, png_path: Path) -> tuple[Path, Path]:
     return md_path, png_path
 
 
+# ------------------------------------------------------------------ the paced suite
+PACED_INTRO = """\
+A GPU engine steps every 1-3 ms, and every running stream gets one token per
+step: the frontend does one socket write per stream per step and cannot merge
+steps, so what counts is its CPU per token and per request, not its peak
+tokens/s. Here the mock engine is paced by its control channel: `@2ms` and
+`@1ms` points run it at that `--step-time`, `@0ms` as fast as it can (the
+frontend-bound regime of the sections above). `chat-` points are
+`/v1/chat/completions` (the prompt as one user message), `plain-mtK-` points
+non-streaming completions with `max_tokens` K (request rate: agents and
+classifiers). **Floor**: in every repeat, `tools/bench/trivial_server.py`
+(raw asyncio, canned chunks, one write per chunk, no engine) on the frontend's
+core under the same load generator, unpaced (`@0ms`, the ceiling table's
+setting) and paced by one timer per step (`@2ms`: one write per stream per
+tick, the cheapest a frontend can be in that regime); its CPU per 1000 chunks
+and per request is what the frontends' CPU per 1000 tokens and per request is
+compared with. CPU is the frontend process tree's utime+stime over the window
+(10 ms ticks), per 1000 output tokens received in the window or per response
+completed in it.
+"""
+
+
+def _paced_floor(data: dict) -> dict[tuple[int, str], dict]:
+    return {(r["repeat"], r["point"]): r for r in data.get("floor", [])}
+
+
+def _floor_ratios(res: Results, data: dict, point: str, floor_point: str,
+                  key: str, floor_key: str) -> list[float]:
+    floors = _paced_floor(data)
+    out = []
+    for r in res.by.get(("mock", point, "ours"), []):
+        f = floors.get((r["repeat"], floor_point))
+        if f and r.get(key) and f.get(floor_key):
+            out.append(r[key] / f[floor_key])
+    return out
+
+
+def _status(m: float, ok: bool, missed: str) -> str:
+    return "met" if ok else f"missed ({missed})"
+
+
+def paced_targets(res: Results, data: dict) -> list[str]:
+    rng = res.repeats > 1
+    lines = ["| target (issue 15) | measured: median (min–max) over repeats | status |",
+             "|---|---|---|"]
+    cpu = lambda r: r["frontend_cpu_s_per_1k_tok"]  # noqa: E731
+    for c in (64, 256):
+        p = f"stream-c{c}@2ms"
+        rat = res.ratios("mock", p, cpu)
+        if rat:
+            m = statistics.median(rat)
+            lines.append(f"| {p}: frontend CPU per output token ≤ 1/4 of vLLM's | "
+                         f"{_spread(rat, '.3f', rng)}× vLLM's | "
+                         f"{_status(m, m <= 0.25, f'{m / 0.25:.2f}× the target')} |")
+    for fp, label in (("stream-c64@0ms", "unpaced"), ("stream-c64@2ms", "paced 2 ms")):
+        rat = _floor_ratios(res, data, "stream-c64@2ms", fp, "frontend_cpu_s_per_1k_tok",
+                            "server_cpu_s_per_1k_tok")
+        if rat:
+            m = statistics.median(rat)
+            lines.append(f"| stream-c64@2ms: frontend CPU per token ≤ 1.5× the floor "
+                         f"(trivial server, {label}, CPU per chunk) | {_spread(rat, '.2f', rng)}×"
+                         f" the floor | {_status(m, m <= 1.5, f'{m / 1.5:.2f}× the target')} |")
+    for p in sorted(p for p in res.points if p.endswith("@0ms") and p.startswith("stream-")):
+        rat = res.ratios("mock", p, lambda r: r["tok_s"])
+        if rat:
+            m = statistics.median(rat)
+            lines.append(f"| {p} (frontend-bound): output tok/s ≥ 5× vLLM's | "
+                         f"{_spread(rat, '.2f', rng)}× | "
+                         f"{_status(m, m >= 5, f'{m / 5:.0%} of the target')} |")
+    p = "plain-mt1-c64@2ms"
+    rat = res.ratios("mock", p, lambda r: r["req_s"])
+    if rat:
+        m = statistics.median(rat)
+        lines.append(f"| {p}: requests/s ≥ 4× vLLM's | {_spread(rat, '.2f', rng)}× | "
+                     f"{_status(m, m >= 4, f'{m / 4:.0%} of the target')} |")
+    return lines
+
+
+def _ours_figures(data: dict) -> dict[str, list]:
+    """What must not get worse, per repeat where it applies (ours only)."""
+    res = Results(data)
+    st = [s for s in data["startup"] if s["frontend"] == "ours"]
+    out: dict[str, list] = {
+        "engine ready → serving (s)": [s.get("engine_ready_to_serving_s") for s in st],
+        "idle RSS (MB)": [s.get("rss_idle_mb") for s in st],
+        "peak RSS, any point (MB)": [
+            max((r.get("rss_peak_mb") or 0) for r in data["runs"]
+                if r["frontend"] == "ours" and r["repeat"] == rep)
+            for rep in range(res.repeats)]}
+    for p in res.points:
+        if res.point_info[p]["stream"]:
+            out[f"{p} p99 TTFT (ms)"] = res.values("mock", p, "ours",
+                                                    lambda r: r["ttft_ms"]["p99"])
+    return out
+
+
+def paced_regressions(data: dict, json_path: Path) -> list[str]:
+    base = None
+    if data.get("baseline"):
+        bp = Path(data["baseline"])
+        if not bp.is_absolute():
+            bp = Path(__file__).resolve().parents[2] / bp
+        if bp.exists() and bp.resolve() != Path(json_path).resolve():
+            base = _ours_figures(json.loads(bp.read_text()))
+    now = _ours_figures(data)
+    rng = Results(data).repeats > 1
+    if base is None:
+        lines = ["| ours | this run |", "|---|---|"]
+        lines += [f"| {k} | {_spread(v, '.3f' if k.endswith('(s)') else '.1f', rng)} |"
+                  for k, v in now.items()]
+        return lines
+    lines = [f"| ours | this run | baseline ({data['baseline']}) | ratio |", "|---|---|---|---|"]
+    for k, v in now.items():
+        fmt = ".3f" if k.endswith("(s)") else ".1f"
+        b = base.get(k)
+        ratio = (_med(v) / _med(b)) if b and _med(b) and _med(v) is not None else None
+        lines.append(f"| {k} | {_spread(v, fmt, rng)} | {_spread(b or [], fmt, rng)} | "
+                     f"{_f(ratio, '.2f')} |")
+    return lines
+
+
+def paced_floor_section(data: dict) -> list[str]:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in data.get("floor", []):
+        groups[r["point"]].append(r)
+    rng = len({r["repeat"] for r in data.get("floor", [])}) > 1
+    lines = ["| trivial server load | chunks/s | req/s | server CPU s / 1k chunks | "
+             "server CPU ms / request | server CPU share | load generator CPU share |",
+             "|---|---|---|---|---|---|---|"]
+    for p, rs in groups.items():
+        g = lambda k: [r.get(k) for r in rs]  # noqa: E731
+        lines.append(
+            f"| {p} | {_spread(g('tok_s'), ',.0f', rng)} | {_spread(g('req_s'), ',.0f', False)} "
+            f"| {_spread(g('server_cpu_s_per_1k_tok'), '.4f', rng)} | "
+            f"{_spread(g('server_cpu_ms_per_req'), '.3f', rng)} | "
+            f"{_spread([v * 100 for v in g('server_cpu_share')], '.0f', False)} % | "
+            f"{_spread([v * 100 for v in g('loadgen_cpu_share')], '.0f', False)} % |")
+    return lines
+
+
+def paced_results(res: Results, data: dict) -> list[str]:
+    rng = res.repeats > 1
+    out = ["| point | frontend | output tok/s | req/s | frontend CPU s / 1k tok | "
+           "frontend CPU ms / request | frontend CPU share | TTFT p50 / p99 (ms) | "
+           "ITL p50 / p99 (ms) | frontend RSS peak (MB) | core busy 0/1 | errors |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in res.points:
+        stream = res.point_info[p]["stream"]
+        for fe in FRONTENDS:
+            rs = res.by.get(("mock", p, fe))
+            if not rs:
+                continue
+            v = lambda g: res.values("mock", p, fe, g)  # noqa: E731
+            ttft = (f"{_spread(v(lambda r: r['ttft_ms']['p50']), '.1f', False)} / "
+                    f"{_spread(v(lambda r: r['ttft_ms']['p99']), '.1f', rng)}") if stream else "-"
+            itl = (f"{_spread(v(lambda r: r['itl_ms']['p50']), '.2f', False)} / "
+                   f"{_spread(v(lambda r: r['itl_ms']['p99']), '.1f', False)}") if stream else "-"
+            busy = [r["core_busy"] for r in rs]
+            busy_s = "/".join(f"{_med(b[k] for b in busy):.0%}" for k in busy[0])
+            errs = sum(r["errors"] + r["bad_token_counts"] for r in rs)
+            out.append(
+                f"| {p} | {LABEL[fe]} | {_spread(v(lambda r: r['tok_s']), ',.0f', rng)} | "
+                f"{_spread(v(lambda r: r['req_s']), ',.0f', rng)} | "
+                f"{_spread(v(lambda r: r['frontend_cpu_s_per_1k_tok']), '.4f', rng)} | "
+                f"{_spread(v(lambda r: r.get('frontend_cpu_ms_per_req')), '.3f', rng)} | "
+                f"{_spread(v(lambda r: r['frontend_cpu_share'] * 100), '.0f', False)} % | "
+                f"{ttft} | {itl} | {_spread(v(lambda r: r.get('rss_peak_mb')), '.0f', False)} | "
+                f"{busy_s} | {errs} |")
+    out += ["", "Ratios per repeat (ours / vLLM measured seconds apart; ours / the floor "
+            "of the same repeat):", "",
+            "| point | CPU per token, ours / vLLM | CPU per request, ours / vLLM | "
+            "tok/s, ours / vLLM | req/s, ours / vLLM | ours / floor (unpaced) | "
+            "ours / floor (paced, same step) | p99 TTFT, ours / vLLM |",
+            "|---|---|---|---|---|---|---|---|"]
+    for p in res.points:
+        info = res.point_info[p]
+        load = info.get("load", p.split("@")[0])
+        step = p.split("@")[1] if "@" in p else "0ms"
+        if info["stream"]:
+            base = load.replace("chat-", "")
+            key, fkey = "frontend_cpu_s_per_1k_tok", "server_cpu_s_per_1k_tok"
+        else:
+            base, key, fkey = load, "frontend_cpu_ms_per_req", "server_cpu_ms_per_req"
+        f0 = _floor_ratios(res, data, p, f"{base}@0ms", key, fkey)
+        fs = _floor_ratios(res, data, p, f"{base}@{step}", key, fkey) if step != "0ms" else []
+        t99 = res.ratios("mock", p, lambda r: r["ttft_ms"]["p99"]) if info["stream"] else []
+        row = [_spread(res.ratios("mock", p, lambda r: r["frontend_cpu_s_per_1k_tok"]),
+                       '.3f', rng),
+               _spread(res.ratios("mock", p, lambda r: r.get("frontend_cpu_ms_per_req")),
+                       '.3f', rng),
+               _spread(res.ratios("mock", p, lambda r: r["tok_s"]), '.2f', rng),
+               _spread(res.ratios("mock", p, lambda r: r["req_s"]), '.2f', rng),
+               _spread(f0, '.2f', rng), _spread(fs, '.2f', rng), _spread(t99, '.2f', rng)]
+        out.append(f"| {p} | " + " | ".join(row) + " |")
+    return out
+
+
+def paced_section(data: dict, json_path: Path) -> list[str]:
+    res = Results(data)
+    m = data["machine"]
+    a = data["args"]
+    return [
+        "## Engine-paced regime and request rate", "",
+        f"Generated by `{data['command']}` (re-render with "
+        f"`.venv/bin/python -m tools.bench.report {_rel(json_path)}`). "
+        f"Raw results: [{Path(json_path).name}]({Path(json_path).name}).", "",
+        PACED_INTRO,
+        "### Targets", "", *paced_targets(res, data), "",
+        "What must not get worse (ours):", "", *paced_regressions(data, json_path), "",
+        "### Machine and run", "",
+        f"* code: git {m.get('git_commit')}"
+        + (" + uncommitted changes" if m.get("git_dirty") else "")
+        + f"; CPU: {m.get('cpu_model', '?')}, {m.get('cpus')} cores",
+        f"* run: {data['started']} → {data.get('finished', '?')}; load average at start "
+        f"{'/'.join(f'{v:.1f}' for v in data['loadavg_start'])}, at end "
+        f"{'/'.join(f'{v:.1f}' for v in data.get('loadavg_end', []))} (other work "
+        "on the machine: see the core busy column)",
+        f"* frontend under test on core {a['frontend_cpu']}, mock engine, load generator and "
+        f"harness on core {a['other_cpu']}; {a['duration']:g} s window per point "
+        f"({a['ceiling_duration']:g} s for the floor), {res.repeats} repeat(s), both "
+        "stacks started once per repeat, points alternating which frontend goes first; "
+        f"mock --max-num-seqs {a['max_num_seqs']}; prompts of 128 tokens, 128 output tokens "
+        "unless the point says otherwise",
+        "",
+        *(["**Failures during the run:**", ""]
+          + [f"* repeat {f['repeat']}: `{f['error'][:500]}`" for f in data["failures"]] + [""]
+          if data.get("failures") else []),
+        "### Floor: the trivial server on the frontend's core", "",
+        *paced_floor_section(data), "",
+        "### Results", "", *paced_results(res, data), ""]
+
+
+def render_paced_into(paced_json: Path, md_path: Path) -> Path:
+    """Re-render ``md_path`` from its own JSON (which picks up the paced section),
+    or, when there is none, write the paced section alone."""
+    main_json = md_path.with_suffix(".json")
+    if main_json.exists() and Path(paced_json).resolve() == main_json.with_name(
+            f"{main_json.stem}-paced.json").resolve():
+        render(main_json, md_path, md_path.with_suffix(".png"), draw=False)
+    else:
+        data = json.loads(Path(paced_json).read_text())
+        md_path.write_text("\n".join(["# Benchmarks", "", *paced_section(data, paced_json)])
+                           + "\n")
+    return md_path
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("json", type=Path)
     p.add_argument("--md", type=Path, default=None)
     p.add_argument("--png", type=Path, default=None)
     a = p.parse_args()
+    if json.loads(a.json.read_text())["args"].get("suite") == "paced":
+        print(render_paced_into(a.json, a.md or a.json.with_name("benchmarks.md")))
+        return
     md = a.md or a.json.with_suffix(".md")
     png = a.png or a.json.with_suffix(".png")
     render(a.json, md, png)

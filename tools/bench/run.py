@@ -25,6 +25,22 @@ and after: the load generator's own ceiling against a trivial server.
 
 Results: JSON (raw, every repeat), Markdown (``docs/benchmarks.md``) and a
 PNG plot; ``python -m tools.bench.report RESULTS.json`` re-renders the last two.
+
+``--suite paced`` is the regime a GPU engine creates (issue 15): one mock
+engine per stack whose step time the harness sets per point through the mock's
+control channel (``--step-time`` 2 ms and 1 ms: every running stream gets one
+token per step, so the frontend writes once per stream per step; and 0 for the
+frontend-bound c=256 point). Points: streaming completions and chat at
+c=16/64/256 (``stream-c64@2ms``, ``chat-stream-c64@2ms``), and the
+request-rate points, non-streaming completions with max_tokens 1 and 4 at c=64
+(``plain-mt1-c64@2ms``). It reports frontend CPU seconds per 1000 output
+tokens and per request beside tokens/s and requests/s, and, in every repeat,
+the floor: the trivial server's CPU per chunk (one write per chunk, unpaced and
+paced by the same step times) and per short request, on the frontend's core.
+It writes ``docs/benchmarks-paced.json`` and the "Engine-paced regime" section
+of ``docs/benchmarks.md``:
+
+    .venv/bin/python -m tools.bench.run --suite paced [--quick] [--repeats N]
 """
 
 from __future__ import annotations
@@ -42,6 +58,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from engine_core.mock_control import MockControl
 from tools.bench import procs
 from tools.bench.loadgen import Client, PointResult, Workload, run_point
 from tools.bench.prompts import make_prompts
@@ -76,6 +93,38 @@ def workloads(concurrencies: list[int], extra: bool) -> list[Workload]:
     return out
 
 
+# The engine-paced suite: (step time, workload) pairs named "<load>@<ms>ms".
+PACED_STEP_TIMES = (0.002, 0.001)
+
+
+def point_name(w: Workload, step_time: float | None) -> str:
+    return w.name if step_time is None else f"{w.name}@{step_time * 1000:g}ms"
+
+
+def paced_points(args: argparse.Namespace) -> list[tuple[float | None, Workload]]:
+    out: list[tuple[float | None, Workload]] = []
+    for i, st in enumerate(args.step_times):
+        out += [(st, Workload(f"stream-c{c}", c)) for c in args.concurrency]
+        out += [(st, Workload(f"chat-stream-c{c}", c, api="chat")) for c in args.concurrency]
+        if i == 0:  # the request-rate points, at the first (slowest) step time
+            out += [(st, Workload(f"plain-mt{mt}-c{c}", c, stream=False, max_tokens=mt))
+                    for c in args.rate_concurrency for mt in args.rate_max_tokens]
+    if 256 in args.concurrency or args.quick:  # the frontend-bound target point
+        c = 256 if 256 in args.concurrency else max(args.concurrency)
+        out.append((0.0, Workload(f"stream-c{c}", c)))
+    return out
+
+
+def floor_points(args: argparse.Namespace) -> list[tuple[float, Workload]]:
+    """The trivial server's loads: streams unpaced and paced by each step time at
+    c=64 and c=256 (those asked for), and the short non-streaming requests."""
+    cs = [c for c in args.concurrency if c in (64, 256)] or args.concurrency[-1:]
+    out = [(st, Workload(f"stream-c{c}", c)) for st in (0.0, *args.step_times) for c in cs]
+    out += [(0.0, Workload(f"plain-mt{mt}-c{c}", c, stream=False, max_tokens=mt))
+            for c in args.rate_concurrency for mt in args.rate_max_tokens]
+    return out
+
+
 # ------------------------------------------------------------------ stacks
 class Stack:
     """One frontend (``ours`` or ``vllm``) on its own fresh engine (``mock``/``real``)."""
@@ -89,6 +138,8 @@ class Stack:
         self.tag = tag
         self.port = procs.free_port()
         self.engine_port = procs.free_port_triple()
+        self.control_addr = f"tcp://{procs.HOST}:{procs.free_port()}"
+        self.step_time: float | None = None
         self.url = f"http://{procs.HOST}:{self.port}"
         self.engine: procs.Proc | None = None
         self.frontend: procs.Proc | None = None
@@ -105,7 +156,8 @@ class Stack:
             return [str(BIN / "engine-core"), "--mock", "--frontend-addr", addr,
                     "--model", model, "--step-time", str(self.args.mock_step_time),
                     "--max-num-seqs", str(self.args.max_num_seqs),
-                    "--max-model-len", str(MAX_MODEL_LEN)]
+                    "--max-model-len", str(MAX_MODEL_LEN),
+                    "--control-addr", self.control_addr]
         return [str(BIN / "engine-core"), "--model", model, "--frontend-addr", addr,
                 "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
                 "--max-num-seqs", str(self.args.max_num_seqs)]
@@ -167,6 +219,13 @@ class Stack:
         self.startup = info
         return info
 
+    def set_step_time(self, step_time: float | None) -> None:
+        """Pace the mock engine (its control channel) unless it already is."""
+        if step_time is None or step_time == self.step_time:
+            return
+        MockControl(self.control_addr).call("configure", step_time=step_time)
+        self.step_time = step_time
+
     def refresh_pids(self) -> None:
         self.pids = self.frontend.pids()
         self.engine_pids = self.engine.pids()
@@ -189,7 +248,7 @@ def snapshot(stack: Stack | None, extra_pids: list[int] | None = None) -> dict[s
     return s
 
 
-def window_stats(a: dict, b: dict, tokens: float) -> dict[str, Any]:
+def window_stats(a: dict, b: dict, tokens: float, requests: int) -> dict[str, Any]:
     el = b["wall"] - a["wall"]
     out: dict[str, Any] = {"window_s": el}
     out["core_busy"] = {str(c): (b["cores"][c][0] - a["cores"][c][0]) /
@@ -203,6 +262,7 @@ def window_stats(a: dict, b: dict, tokens: float) -> dict[str, Any]:
             name = key.replace("_cpu", "")
             out[f"{name}_cpu_share"] = d / el
             out[f"{name}_cpu_s_per_1k_tok"] = d / tokens * 1000 if tokens else None
+            out[f"{name}_cpu_ms_per_req"] = d / requests * 1000 if requests else None
     return out
 
 
@@ -232,7 +292,7 @@ async def _measured_point(client: Client, w: Workload, duration: float, max_requ
         await task
     out = asdict(r)
     hooks = out.pop("hooks")
-    out.update(window_stats(hooks["start"], hooks["end"], r.tokens))
+    out.update(window_stats(hooks["start"], hooks["end"], r.tokens, r.requests_done))
     if stack is not None:
         out["rss_peak_mb"] = peak["rss"] / 2**20
     return out
@@ -250,7 +310,9 @@ async def _warm_up(client: Client) -> None:
     for w in (Workload("w", 8, stream=True, max_tokens=8),
               Workload("w", 8, stream=False, max_tokens=8),
               Workload("w", 8, stream=True, n=2, temperature=1.0, max_tokens=8),
-              Workload("w", 8, stream=True, prompts_per_request=2, max_tokens=8)):
+              Workload("w", 8, stream=True, prompts_per_request=2, max_tokens=8),
+              Workload("w", 8, stream=True, max_tokens=8, api="chat"),
+              Workload("w", 8, stream=False, max_tokens=8, api="chat")):
         recs = await asyncio.gather(*(client.send(c, client.build(w, 8)) for c in conns))
         bad = [r.error for r in recs if r.error]
         if bad:
@@ -288,6 +350,38 @@ def loadgen_ceiling(args: argparse.Namespace, prompts: list[str], logdir: Path,
                 f"{r['server_cpu_share']:.0%}")
     finally:
         server.stop()
+    return out
+
+
+def floor(args: argparse.Namespace, prompts: list[str], logdir: Path,
+          rep: int) -> list[dict[str, Any]]:
+    """The trivial server's CPU per chunk and per request (the floor of the
+    paced suite), on the frontend core: one server per step time."""
+    out = []
+    by_step: dict[float, list[Workload]] = {}
+    for st, w in floor_points(args):
+        by_step.setdefault(st, []).append(w)
+    for st, loads in by_step.items():
+        port = procs.free_port()
+        server = procs.Proc("trivial server", [
+            sys.executable, "-m", "tools.bench.trivial_server", "--port", str(port),
+            "--step-time", str(st)], args.frontend_cpu,
+            logdir / f"trivial-server-r{rep}-{st * 1000:g}ms.log", nice=args.nice)
+        try:
+            procs.wait_healthy_tcp(procs.HOST, port, 10)
+            client = Client(procs.HOST, port, prompts, model=SERVED)
+            for w in loads:
+                r = measure(client, w, args.ceiling_duration, args.max_requests, None,
+                            extra_pids=[server.pid])
+                r.update(point=point_name(w, st), step_time=st, repeat=rep)
+                out.append(r)
+                log(f"  floor {r['point']:20} {r['tok_s']:9,.0f} chunks/s "
+                    f"{r['req_s']:8.1f} req/s  server CPU {r['server_cpu_share']:4.0%} "
+                    f"({_fmt(r['server_cpu_s_per_1k_tok'], 4)} s/1k chunks, "
+                    f"{_fmt(r['server_cpu_ms_per_req'], 3)} ms/req)  "
+                    f"loadgen {r['loadgen_cpu_share']:4.0%}")
+        finally:
+            server.stop()
     return out
 
 
@@ -349,8 +443,13 @@ def machine_info() -> dict[str, Any]:
 # ------------------------------------------------------------------ main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", choices=("frontend-bound", "paced"), default="frontend-bound",
+                   help="frontend-bound: the mock at --mock-step-time (default 0) and the "
+                        "real engine; paced: the engine-paced regime and the request-rate "
+                        "points (module docstring)")
     p.add_argument("--quick", action="store_true",
-                   help="3 s per point, 1 repeat (default: 8 s, 3 repeats with the mock)")
+                   help="3 s per point, 1 repeat (default: 8 s, 3 repeats with the mock); "
+                        "with --suite paced: c=64 only, 2 ms only")
     p.add_argument("--engines", nargs="+", choices=("mock", "real"), default=["mock", "real"])
     p.add_argument("--frontends", nargs="+", choices=("ours", "vllm"), default=["ours", "vllm"])
     p.add_argument("--repeats", type=int, default=None,
@@ -360,12 +459,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "and it, not the frontend, is the bottleneck there)")
     p.add_argument("--duration", type=float, default=None,
                    help="measurement window per point, seconds")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
+    p.add_argument("--concurrency", type=int, nargs="+", default=None,
+                   help="streaming concurrencies (default 1 16 64 256; paced: 16 64 256)")
+    p.add_argument("--step-times", type=float, nargs="+", default=None,
+                   help="paced suite: the mock's step times, seconds (default 0.002 0.001)")
+    p.add_argument("--rate-concurrency", type=int, nargs="+", default=[64],
+                   help="paced suite: concurrency of the request-rate points")
+    p.add_argument("--rate-max-tokens", type=int, nargs="+", default=[1, 4],
+                   help="paced suite: max_tokens of the request-rate points")
+    p.add_argument("--no-floor", action="store_true",
+                   help="paced suite: skip the trivial server's floor (A/B runs of one frontend)")
+    p.add_argument("--baseline", type=Path, default=None,
+                   help="paced suite: an earlier benchmarks-paced.json to compare RSS, "
+                        "start-up and p99 TTFT with")
     p.add_argument("--no-extra", action="store_true", help="skip the batch-8 and n=4 points")
     p.add_argument("--points", nargs="+", default=None,
                    help="only these points (names such as stream-c64)")
-    p.add_argument("--max-requests", type=int, default=20000,
-                   help="bound on requests per point")
+    p.add_argument("--max-requests", type=int, default=None,
+                   help="bound on requests per point (default 20000; paced: 200000)")
     p.add_argument("--max-num-seqs", type=int, default=512, help="engines' --max-num-seqs")
     p.add_argument("--mock-step-time", type=float, default=0.0,
                    help="the mock engine's --step-time (default 0: it steps as fast as it "
@@ -387,10 +498,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--start-timeout", type=float, default=600.0)
     p.add_argument("--out-dir", type=Path, default=REPO / "docs",
                    help="where benchmarks.md, benchmarks.json and benchmarks.png go")
-    p.add_argument("--name", default="benchmarks", help="base name of the output files")
+    p.add_argument("--name", default=None,
+                   help="base name of the output files (default benchmarks; paced: "
+                        "benchmarks-paced, rendered into benchmarks.md)")
     p.add_argument("--logdir", type=Path, default=None,
                    help="process logs (default: a fresh folder under /tmp)")
     args = p.parse_args(argv)
+    paced = args.suite == "paced"
+    if args.concurrency is None:
+        args.concurrency = ([64] if args.quick else [16, 64, 256]) if paced else [1, 16, 64, 256]
+    if args.step_times is None:
+        args.step_times = [0.002] if args.quick else list(PACED_STEP_TIMES)
+    if args.max_requests is None:
+        args.max_requests = 200000 if paced else 20000
+    if args.name is None:
+        args.name = "benchmarks-paced" if paced else "benchmarks"
+    if paced:
+        args.engines = ["mock"]
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
     if args.duration is None:
@@ -415,16 +539,24 @@ def main(argv: list[str] | None = None) -> int:
                                                              else sys.argv[1:])])
     log(f"logs in {logdir}")
     prompts = make_prompts(args.model, count=512, tokens=128)
-    points = workloads(args.concurrency, not args.no_extra)
+    paced = args.suite == "paced"
+    if paced:
+        points = paced_points(args)
+    else:
+        points = [(None, w) for w in workloads(args.concurrency, not args.no_extra)]
     if args.points:
-        points = [w for w in points if w.name in args.points]
+        points = [(st, w) for st, w in points if point_name(w, st) in args.points]
     results: dict[str, Any] = {
         "command": cmd, "args": {k: str(v) if isinstance(v, Path) else v
                                  for k, v in vars(args).items()},
         "machine": machine_info(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "loadavg_start": procs.loadavg(), "vllm_frontend_flags": VLLM_FRONTEND_FLAGS,
-        "cpu_env": CPU_ENV, "points": [asdict(w) for w in points],
-        "ceiling": [], "startup": [], "runs": [], "failures": []}
+        "cpu_env": CPU_ENV,
+        "points": [{**asdict(w), "name": point_name(w, st), "load": w.name, "step_time": st}
+                   for st, w in points],
+        "ceiling": [], "floor": [], "startup": [], "runs": [], "failures": []}
+    if args.baseline is not None:
+        results["baseline"] = str(args.baseline)
     out_json = args.out_dir / f"{args.name}.json"
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -433,14 +565,19 @@ def main(argv: list[str] | None = None) -> int:
         results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
         out_json.write_text(json.dumps(results, indent=1))
 
-    log("load generator ceiling (trivial server on the frontend core)")
-    results["ceiling"] += loadgen_ceiling(args, prompts, logdir, "before")
-    save()
+    if not paced:
+        log("load generator ceiling (trivial server on the frontend core)")
+        results["ceiling"] += loadgen_ceiling(args, prompts, logdir, "before")
+        save()
     for engine in args.engines:
         repeats = args.real_repeats if engine == "real" else args.repeats
         for rep in range(repeats):
             stacks: list[Stack] = []
             try:
+                if paced and not args.no_floor:
+                    log(f"floor: the trivial server on the frontend core (repeat {rep + 1})")
+                    results["floor"] += floor(args, prompts, logdir, rep)
+                    save()
                 for fe in args.frontends:
                     stack = Stack(fe, engine, args, logdir, f"{fe}-{engine}-r{rep}")
                     log(f"starting {stack.name} (repeat {rep + 1}/{repeats})")
@@ -461,19 +598,22 @@ def main(argv: list[str] | None = None) -> int:
                     clients[s.frontend_kind] = Client(procs.HOST, s.port, prompts, model=SERVED)
                     warm_up(clients[s.frontend_kind])
                     s.refresh_pids()
-                for j, w in enumerate(points):
+                for j, (step_time, w) in enumerate(points):
+                    name = point_name(w, step_time)
                     order = stacks if (rep + j) % 2 == 0 else stacks[::-1]
                     for s in order:
+                        s.set_step_time(step_time)
                         r = measure(clients[s.frontend_kind], w, args.duration,
                                     args.max_requests, s)
                         r.update(frontend=s.frontend_kind, engine=engine, repeat=rep,
-                                 point=w.name)
+                                 point=name, step_time=step_time)
                         results["runs"].append(r)
                         ttft = r["ttft_ms"].get("p99") if w.stream else None
-                        log(f"  {s.name:11} {w.name:18} {r['tok_s']:9,.0f} tok/s "
+                        log(f"  {s.name:11} {name:22} {r['tok_s']:9,.0f} tok/s "
                             f"{r['req_s']:7.1f} req/s  TTFT p99 {_fmt(ttft, 1):>7} ms  "
                             f"fe CPU {r['frontend_cpu_share']:4.0%} "
-                            f"({_fmt(r['frontend_cpu_s_per_1k_tok'], 4)} s/1k tok)  "
+                            f"({_fmt(r['frontend_cpu_s_per_1k_tok'], 4)} s/1k tok, "
+                            f"{_fmt(r['frontend_cpu_ms_per_req'], 3)} ms/req)  "
                             f"loadgen {r['loadgen_cpu_share']:4.0%}  cores "
                             + "/".join(f"{v:.0%}" for v in r["core_busy"].values())
                             + (f"  ERRORS {r['errors']}: {r['error_samples'][:1]}"
@@ -492,10 +632,14 @@ def main(argv: list[str] | None = None) -> int:
                 for s in stacks:
                     s.stop()
                 save()
+    from tools.bench import report
+    if paced:
+        md = report.render_paced_into(out_json, args.out_dir / "benchmarks.md")
+        log(f"wrote {out_json}, {md}")
+        return 1 if results["failures"] else 0
     log("load generator ceiling again")
     results["ceiling"] += loadgen_ceiling(args, prompts, logdir, "after")
     save()
-    from tools.bench import report
     md, png = report.render(out_json, args.out_dir / f"{args.name}.md",
                             args.out_dir / f"{args.name}.png")
     log(f"wrote {out_json}, {md}, {png}")

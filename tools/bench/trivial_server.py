@@ -5,9 +5,14 @@ streamed request gets ``max_tokens`` canned completion chunks (each one HTTP
 chunk, written separately, yielding to the event loop between writes the way
 a frontend writes once per engine step), a usage chunk and ``[DONE]``; a
 non-streamed one gets a canned JSON body. Whatever rate the load generator
-reaches against it is the most it could measure of a real frontend.
+reaches against it is the most it could measure of a real frontend, and its
+CPU seconds per chunk (per request) are the floor of what serving one costs.
 
-    python -m tools.bench.trivial_server --port 8123
+With ``--step-time S`` the streams are paced as a GPU engine paces a
+frontend: one timer every S seconds writes one chunk to every open stream
+(one write each), so its CPU per chunk is the floor in that regime.
+
+    python -m tools.bench.trivial_server --port 8123 [--step-time 0.002]
 """
 
 from __future__ import annotations
@@ -36,12 +41,54 @@ def _chunk(payload: bytes) -> bytes:
 CHUNK_FRAMED = _chunk(CHUNK)
 
 
+class Ticker:
+    """Every ``step`` seconds, one chunk to every open stream (a paced engine)."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.streams: dict[Handler, int] = {}  # chunks left per stream
+        self.next_at = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+
+    def add(self, handler: "Handler", chunks: int) -> None:
+        self.streams[handler] = chunks
+        if self.timer is None:
+            loop = asyncio.get_running_loop()
+            self.next_at = loop.time() + self.step
+            self.timer = loop.call_at(self.next_at, self.tick)
+
+    def tick(self) -> None:
+        finished = []
+        for handler, left in self.streams.items():
+            if handler.transport.is_closing():
+                finished.append(handler)
+                continue
+            handler.transport.write(CHUNK_FRAMED)
+            if left == 1:
+                finished.append(handler)
+            else:
+                self.streams[handler] = left - 1
+        for handler in finished:
+            del self.streams[handler]
+            handler.stream_done()
+        if self.streams:
+            loop = asyncio.get_running_loop()
+            self.next_at = max(self.next_at + self.step, loop.time())
+            self.timer = loop.call_at(self.next_at, self.tick)
+        else:
+            self.timer = None
+
+
+TICKER: Ticker | None = None
+
+
 class Handler(asyncio.Protocol):
     def __init__(self) -> None:
         self.buf = b""
         self.transport = None
         self.busy = False
         self.queue: list[bytes] = []
+        self.done: asyncio.Future | None = None  # a paced stream's end
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -76,11 +123,18 @@ class Handler(asyncio.Protocol):
                      "total_tokens": 128 + total}
             if _STREAM.search(body):
                 self.transport.write(HEAD_STREAM)
-                for _ in range(total):
-                    if self.transport.is_closing():
-                        return
-                    self.transport.write(CHUNK_FRAMED)
-                    await asyncio.sleep(0)
+                if TICKER is not None:
+                    self.done = asyncio.get_running_loop().create_future()
+                    TICKER.add(self, total)
+                    await self.done
+                else:
+                    for _ in range(total):
+                        if self.transport.is_closing():
+                            return
+                        self.transport.write(CHUNK_FRAMED)
+                        await asyncio.sleep(0)
+                if self.transport.is_closing():
+                    return
                 last = json.dumps({"id": "cmpl-0", "object": "text_completion",
                                    "created": 1700000000, "model": "tiny", "choices": [],
                                    "usage": usage}, separators=(",", ":")).encode()
@@ -96,8 +150,14 @@ class Handler(asyncio.Protocol):
                                      b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
         self.busy = False
 
+    def stream_done(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
 
-async def serve(host: str, port: int) -> None:
+
+async def serve(host: str, port: int, step_time: float = 0.0) -> None:
+    global TICKER
+    TICKER = Ticker(step_time) if step_time > 0 else None
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Handler, host, port, backlog=1024)
     async with server:
@@ -108,10 +168,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--step-time", type=float, default=0.0,
+                   help="pace the streams: one chunk per stream every STEP_TIME seconds")
     args = p.parse_args()
     try:
         import uvloop
-        uvloop.run(serve(args.host, args.port))
+        uvloop.run(serve(args.host, args.port, args.step_time))
     except KeyboardInterrupt:
         pass
 
