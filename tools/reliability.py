@@ -61,10 +61,10 @@ RUNS: dict[str, tuple[str, list[str], str]] = {
     "chaos-engine-stall": ("tools.chaos", ["engine-stall", "--engine", "real",
                                            "--streams", "16"],
                            "16 streams run against a real engine; the engine core gets "
-                           "SIGSTOP, and SIGCONT later. With the frontend's "
-                           "`--engine-stall-timeout 2` the stall must be detected; a "
-                           "frontend without the flag shows today's behaviour (the streams "
-                           "hang silently and /health stays 200)."),
+                           "SIGSTOP, and SIGCONT later. The frontend runs with "
+                           "`--engine-stall-timeout 2` (default 60 s): the stall must turn "
+                           "/health 503 and end every stream with an error event, and "
+                           "SIGCONT must bring the service back without a restart."),
     "chaos-idle-connections": ("tools.chaos", ["idle-connections", "--idle", "2000",
                                                "--streams", "500"],
                                "The frontend (`--timeout-keep-alive 3600`) on the mock engine "
