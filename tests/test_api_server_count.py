@@ -46,6 +46,7 @@ def adds_by_client(stack) -> dict[int, int]:
 def open_streams(stack, tag: str, max_tokens: int, least: int = 4) -> list[RawRequest]:
     """Streams on both workers: at least ``least``, more until each worker holds
     one (the kernel spreads connections at random)."""
+    worker_pids(stack.url)  # both listening (the first serves before the second starts)
     reqs: list[RawRequest] = []
     while len(reqs) < least or len(adds_by_client(stack)) < 2:
         assert len(reqs) < 40, adds_by_client(stack)
