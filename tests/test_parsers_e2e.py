@@ -29,7 +29,7 @@ from tokenizers import Tokenizer
 from tests.support.frontend import launch_mock_stack
 from tests.support.http_client import post
 from tests.support.mock_engine import free_port, spawn_mock
-from tests.support.parser_diff import Case
+from tests.support.parser_diff import Case, masked
 from tests.support.vllm_parsers import VllmMultiServer, parser_flags
 from tests.test_reasoning_parsers import COMMON, MISTRAL
 from tests.test_tool_parsers import CASES, WITH_REASONING
@@ -40,7 +40,6 @@ STEP_TIME = "0.008"
 # vLLM's mock's step time for each attempt at a stream it does not merge.
 STREAM_STEP_TIMES = (float(STEP_TIME), 0.03, 0.08, 0.2)
 RETRIES: list[int] = []  # per compared stream: how many of vLLM's had merged steps
-IGNORED = ("id", "created", "system_fingerprint")
 
 # A selection of the in-process cases (they run there in full, in every
 # chunking): per parser the calls, text around them, malformed and partial
@@ -152,19 +151,6 @@ def body_of(case: Case, max_tokens: int, stream: bool) -> dict[str, Any]:
     if stream:
         body.update(stream=True, stream_options={"include_usage": True})
     return {**body, "messages": messages}
-
-
-def masked(value: Any) -> Any:
-    """Tool call ids are random: ``<id>``; response ids and times dropped."""
-    if isinstance(value, dict):
-        out = {k: masked(v) for k, v in value.items() if k not in IGNORED}
-        for call in out.get("tool_calls") or ():
-            if isinstance(call, dict) and isinstance(call.get("id"), str):
-                call["id"] = "<id>"
-        return out
-    if isinstance(value, list):
-        return [masked(v) for v in value]
-    return value
 
 
 def events(body: bytes) -> list[Any]:

@@ -40,6 +40,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.support.frontend import FrontendProcess
+from tests.support.parser_diff import masked
 from tests.support.vllm_parsers import VllmMultiServer, parser_flags
 from tests.test_parity_completions import Shape as CompletionShape
 from tests.test_parity_completions import assert_same as assert_same_completion
@@ -49,7 +50,6 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend, pytest.mark.ti
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-IGNORED = ("id", "created", "system_fingerprint")
 THINK_END = 1201  # </think> in the tiny model
 # The random model loves whitespace, which JSON allows anywhere (and a tool
 # call's structural tag does not limit): the tab, newline, CR and space
@@ -396,18 +396,6 @@ def urls(case: Case, request) -> tuple[str, str]:
 
 
 # ------------------------------------------------------------------ comparison
-
-def masked(value: Any) -> Any:
-    if isinstance(value, dict):
-        out = {k: masked(v) for k, v in value.items() if k not in IGNORED}
-        for call in out.get("tool_calls") or ():
-            if isinstance(call, dict) and isinstance(call.get("id"), str):
-                call["id"] = "<id>"
-        return out
-    if isinstance(value, list):
-        return [masked(v) for v in value]
-    return value
-
 
 def fold_chat(events: list[Any]) -> dict:
     """A chat stream as the client assembles it, per choice: role, content,

@@ -182,6 +182,24 @@ class Differ:
         return actual
 
 
+# Fields of a response that differ between any two servers.
+IGNORED = ("id", "created", "system_fingerprint")
+
+
+def masked(value: Any) -> Any:
+    """A response (or a part) to compare across servers: tool call ids are
+    random (``<id>``); response ids and times dropped."""
+    if isinstance(value, dict):
+        out = {k: masked(v) for k, v in value.items() if k not in IGNORED}
+        for call in out.get("tool_calls") or ():
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                call["id"] = "<id>"
+        return out
+    if isinstance(value, list):
+        return [masked(v) for v in value]
+    return value
+
+
 def _masked(delta: dict) -> dict:
     delta = json.loads(json.dumps(delta))
     for call in delta.get("tool_calls", []):
