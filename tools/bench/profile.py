@@ -27,6 +27,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 from tools.bench import procs
 from tools.bench.loadgen import Client, Workload, run_point
@@ -101,18 +102,24 @@ CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
 ]
 
 
-def categorize(raw: Path) -> tuple[int, list[tuple[str, str, int]]]:
-    """Samples per (group, category) of CATEGORIES; the rest is "other"."""
-    counts: Counter = Counter()
-    total = 0
+def _stacks(raw: Path, keep_roots: bool = False) -> Iterator[tuple[list[str], int]]:
+    """Each line of py-spy's collapsed output: its frame names (outermost
+    first; the process and thread roots only with ``keep_roots``) and samples."""
     for line in raw.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         try:
             n = int(count)
         except ValueError:
             continue
-        frames = [_frame_name(f) for f in stack.split(";")
-                  if f and not f.startswith(("process ", "thread "))]
+        yield [_frame_name(f) for f in stack.split(";")
+               if f and (keep_roots or not f.startswith(("process ", "thread ")))], n
+
+
+def categorize(raw: Path) -> tuple[int, list[tuple[str, str, int]]]:
+    """Samples per (group, category) of CATEGORIES; the rest is "other"."""
+    counts: Counter = Counter()
+    total = 0
+    for frames, n in _stacks(raw):
         if not frames:
             continue
         total += n
@@ -149,18 +156,9 @@ def analyze(raw: Path, top: int = 25) -> dict:
     incl_c: Counter = Counter()
     file_c: Counter = Counter()
     total = 0
-    for line in raw.read_text(errors="replace").splitlines():
-        if not line.strip():
+    for names, n in _stacks(raw):
+        if not names:
             continue
-        stack, _, count = line.rpartition(" ")
-        try:
-            n = int(count)
-        except ValueError:
-            continue
-        frames = [f for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]
-        if not frames:
-            continue
-        names = [_frame_name(f) for f in frames]
         total += n
         self_c[names[-1]] += n
         for name in set(names):
@@ -327,16 +325,11 @@ def _raw_to_svg(raw: Path, svg: Path) -> None:
     """An icicle graph (root on top) from collapsed stacks, as a plain SVG file."""
     root: dict = {}
     total = 0
-    for line in raw.read_text(errors="replace").splitlines():
-        stack, _, count = line.rpartition(" ")
-        try:
-            n = int(count)
-        except ValueError:
-            continue
+    for names, n in _stacks(raw, keep_roots=True):
         total += n
         node = root
-        for f in [f for f in stack.split(";") if f]:
-            child = node.setdefault(_frame_name(f), {"n": 0, "c": {}})
+        for name in names:
+            child = node.setdefault(name, {"n": 0, "c": {}})
             child["n"] += n
             node = child["c"]
     width, row_h = 1800.0, 16
