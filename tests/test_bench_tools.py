@@ -5,9 +5,11 @@ Fast and engine-free: it keeps the harness from rotting between benchmark runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from typing import Iterator
 
 import pytest
 
@@ -16,17 +18,24 @@ from tools.bench.loadgen import Client, Workload, run_point
 from tools.bench.prompts import make_prompts
 
 
-@pytest.fixture
-def trivial_server():
+@contextlib.contextmanager
+def running_trivial_server(*args: str) -> Iterator[int]:
+    """tools/bench/trivial_server.py with ``args``, on a free port (yielded)."""
     port = procs.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tools.bench.trivial_server",
-                             "--port", str(port)], cwd=procs.REPO_ROOT)
+                             "--port", str(port), *args], cwd=procs.REPO_ROOT)
     try:
         procs.wait_healthy_tcp(procs.HOST, port, 20)
         yield port
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def trivial_server():
+    with running_trivial_server() as port:
+        yield port
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -95,15 +104,8 @@ def test_report_renders_markdown(tmp_path):
 
 @pytest.fixture
 def paced_trivial_server():
-    port = procs.free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tools.bench.trivial_server",
-                             "--port", str(port), "--step-time", "0.002"], cwd=procs.REPO_ROOT)
-    try:
-        procs.wait_healthy_tcp(procs.HOST, port, 20)
+    with running_trivial_server("--step-time", "0.002") as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_paced_trivial_server_writes_one_chunk_per_stream_per_step(paced_trivial_server):
