@@ -10,7 +10,7 @@ import re
 import sys
 import tempfile
 
-from frontend import structured_outputs as so
+from frontend import structured as so
 from frontend.engine_client import derive_addresses
 from frontend.lora import parse_lora_modules
 from frontend.model import ModelInfo, load_model_info

@@ -23,7 +23,7 @@ LAYERS = [
     ("frontend.bytelevel", "frontend.model", "frontend.text", "frontend.errors",
      "frontend.chat_template", "frontend.engine_handshake", "frontend.engine_client",
      "frontend.routing", "frontend.fanout", "frontend.render",
-     "frontend.grammars", "frontend.structured_outputs", "frontend.parsers",
+     "frontend.parsers", "frontend.structured",
      "frontend.lora"),
     ("frontend.state",),
     ("frontend.openai",),
@@ -134,6 +134,48 @@ def test_imports_go_down_the_layers(module):
     upward = sorted(dep for dep in import_graph()[module]
                     if (layer := layer_of(dep)) is not None and layer > own)
     assert not upward, f"{module} imports from higher layers: {upward}"
+
+
+def _importers(target: str, graph: dict[str, set[str]]) -> set[str]:
+    return {name for name, deps in graph.items()
+            if any(d == target or d.startswith(target + ".") for d in deps)}
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("package", ["frontend.parsers", "frontend.structured"])
+def test_the_chat_feature_wing_never_imports_the_routes_or_the_state(package):
+    """Output parsing and grammar constraints are libraries the routes use:
+    they never name a route, the application state or the server."""
+    graph = import_graph()
+    offending = sorted(
+        (name, dep) for name, deps in graph.items() if _inside(name, package)
+        for dep in deps
+        if any(_inside(dep, p) for p in ("frontend.openai", "frontend.state", "frontend.server",
+                                         "frontend.ops", "frontend.fanout"))
+    )
+    assert not offending, offending
+
+
+def test_parsers_do_not_import_structured_outputs():
+    """One direction between the two: the constraints read the parsers' names
+    and traits (vLLM's adjust_request, the config's reasoning parser); the
+    parsers know nothing of grammars."""
+    graph = import_graph()
+    offending = sorted(name for name in _importers("frontend.structured", graph)
+                       if _inside(name, "frontend.parsers"))
+    assert not offending, offending
+
+
+def test_tooling_is_the_routes_only_bridge_to_the_parsers():
+    """Among the routes, only frontend.openai.tooling imports the parsers, and
+    the chat route reaches structured outputs through it too."""
+    graph = import_graph()
+    routes = {name for name in graph if _inside(name, "frontend.openai")}
+    assert sorted(routes & _importers("frontend.parsers", graph)) == ["frontend.openai.tooling"]
+    assert "frontend.openai.chat" not in _importers("frontend.structured", graph)
 
 
 def test_protocol_and_frontend_never_import_the_engine_side():

@@ -17,7 +17,6 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from frontend import structured_outputs as so
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search, tooling
@@ -40,7 +39,7 @@ from frontend.openai.sampling import (
     resolve_structured_outputs,
 )
 from frontend.openai.sse import stream_group
-from frontend.parsers import stream_finish_reason
+from frontend.openai.tooling import stream_finish_reason
 from frontend.render import RenderedChat, check_template_override, template_kwargs
 from frontend.state import AppState
 from frontend.text import Position
@@ -122,7 +121,7 @@ def _invalid(message: str, parameter: str | None = None, value: Any = None) -> A
     return from_validation(ValidationError(message, parameter=parameter, value=value))
 
 
-def validate_request(req: ChatCompletionRequest) -> so.Constraints:
+def validate_request(req: ChatCompletionRequest) -> tooling.Constraints:
     """vLLM's request-model checks, before anything else runs.
 
     First its ``mode="before"`` model validators in pydantic's order (the last
@@ -136,8 +135,8 @@ def validate_request(req: ChatCompletionRequest) -> so.Constraints:
                        "`add_generation_prompt` to True.")
     req.tool_choice = tooling.check_tool_usage(
         req.tools, req.tool_choice, tool_choice_set=req.tool_choice is not msgspec.UNSET)
-    so.check_structured_outputs_count(req.structured_outputs, chat=True,
-                                      tool_choice=req.tool_choice)
+    tooling.check_structured_outputs_count(req.structured_outputs, chat=True,
+                                           tool_choice=req.tool_choice)
     # check_logprobs
     if req.logprob_token_ids and req.use_beam_search:
         raise _invalid("`logprob_token_ids` is not supported with beam search.",
@@ -169,7 +168,7 @@ def validate_request(req: ChatCompletionRequest) -> so.Constraints:
     if req.stream_options and not req.stream:
         raise _invalid("Stream options can only be defined when `stream=True`.",
                        "stream_options")
-    so.check_response_format(req.response_format)
+    tooling.check_response_format(req.response_format)
     # check_cache_salt_support
     validate_cache_salt(req.cache_salt)
 
@@ -210,7 +209,7 @@ def validate_request(req: ChatCompletionRequest) -> so.Constraints:
                            "body.stream_interval")
     req.tools = tooling.normalize_tools(req.tools)
     tooling.check_named_tool_choice(req.tool_choice)
-    return so.parse(req.response_format, req.structured_outputs)
+    return tooling.parse_constraints(req.response_format, req.structured_outputs)
 
 
 def check_supported(req: ChatCompletionRequest, state: AppState) -> None:

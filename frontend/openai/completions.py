@@ -14,7 +14,7 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from frontend import structured_outputs as so
+from frontend import structured as so
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search
