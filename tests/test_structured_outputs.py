@@ -717,6 +717,23 @@ def _spec_key(kind: str, spec: Any) -> tuple[str, str]:
     return (kind, spec if isinstance(spec, str) else json.dumps(spec))
 
 
+LAX_BOOL_INPUTS = [True, False, 0, 1, 2, -1, 0.0, 1.0, 0.5, "1", "0", "yes", "No", "T", "off",
+                   "ON", " true ", "true ", "", "maybe", None, [], {}]
+
+
+@pytest.mark.parametrize("value", LAX_BOOL_INPUTS, ids=repr)
+def test_lax_bool_is_pydantics(value, vllm_side):
+    """The one reading of a bool field (config keys, response_format's strict,
+    structured_outputs' flags, a "required" call's strict): pydantic's lax mode."""
+    from frontend.errors import lax_bool
+
+    try:
+        theirs = vllm_side.pydantic.TypeAdapter(bool).validate_python(value)
+    except vllm_side.pydantic.ValidationError:
+        theirs = None
+    assert lax_bool(value) is theirs
+
+
 @pytest.mark.parametrize("item", GRAMMAR_CORPUS, ids=corpus_id)
 def test_xgrammar_prediction(item, vllm_side):
     kind, spec = item

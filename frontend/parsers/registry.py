@@ -1,7 +1,8 @@
 """Parser names (vLLM 0.32's ``--tool-call-parser`` / ``--reasoning-parser``).
 
 Each name maps to ``module:Class``; a parser's module is imported when the
-name is first used.
+name is first used. A new parser is its module and one line here (see the
+package docstring).
 """
 
 from __future__ import annotations
