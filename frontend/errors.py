@@ -99,6 +99,8 @@ _FIELD_MESSAGES = {
     "list_type": "Input should be a valid list",
     "bool_type": "Input should be a valid boolean",
     "bool_parsing": "Input should be a valid boolean, unable to interpret input",
+    "literal_error": "Input should be {expected}",
+    "dataclass_type": "Input should be a dictionary or an instance of {class_name}",
 }
 _LAX_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _LAX_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
@@ -122,9 +124,14 @@ def lax_bool(value: Any) -> bool | None:
     return None
 
 
-def field_error(kind: str, loc: tuple, value: Any, **extra: Any) -> dict:
-    """One pydantic error: ``kind`` is its type (``missing``, ``string_type``...)."""
-    return {"type": kind, "loc": loc, "msg": _FIELD_MESSAGES[kind], "input": value, **extra}
+def field_error(kind: str, loc: tuple, value: Any, ctx: dict | None = None) -> dict:
+    """One pydantic error: ``kind`` is its type (``missing``, ``string_type``...);
+    ``ctx`` fills its message in, and is shown as pydantic shows it."""
+    error = {"type": kind, "loc": loc, "msg": _FIELD_MESSAGES[kind].format(**(ctx or {})),
+             "input": value}
+    if ctx is not None:
+        error["ctx"] = ctx
+    return error
 
 
 def bool_error(loc: tuple, value: Any) -> dict:
@@ -137,8 +144,7 @@ def literal_error(loc: tuple, parent: dict, allowed: tuple[str, ...]) -> dict:
         return field_error("missing", loc, parent)
     quoted = [f"'{a}'" for a in allowed]
     expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-    return {"type": "literal_error", "loc": loc, "msg": f"Input should be {expected}",
-            "input": parent["type"], "ctx": {"expected": expected}}
+    return field_error("literal_error", loc, parent["type"], {"expected": expected})
 
 
 def validation_errors(errors: list[dict]) -> ApiError:

@@ -167,10 +167,8 @@ _SO_TYPES = {"json": "json", "regex": "str", "choice": "list[str]", "grammar": "
 def _parse_structured_outputs(so: Any) -> dict[str, Any]:
     loc = ("body", "structured_outputs")
     if not isinstance(so, dict):
-        raise validation_errors([{"type": "dataclass_type", "loc": loc,
-                                  "msg": "Input should be a dictionary or an instance of "
-                                         "StructuredOutputsParams", "input": so,
-                                  "ctx": {"class_name": "StructuredOutputsParams"}}])
+        raise validation_errors([field_error("dataclass_type", loc, so,
+                                             {"class_name": "StructuredOutputsParams"})])
     parsed: dict[str, Any] = {}
     errors: list[dict] = []
     for name, kind in _SO_TYPES.items():

@@ -44,9 +44,9 @@ class RequestAdjustment:
     # Set as the request's structured output (structural_tag, JSON text),
     # clearing response_format.
     structural_tag: str | None = None
-    # The tag's format.  Set with ``structural_tag`` None: vLLM would join the
-    # tag with the request's own structured output ("auto" with
-    # response_format/structured_outputs), which is not reproduced here.
+    # The tag's format.  Set with ``structural_tag`` None: vLLM joins the tag
+    # with the request's own structured output ("auto" with
+    # response_format/structured_outputs; see adjust_chat_request).
     structural_tag_model: str | None = None
 
 
