@@ -45,6 +45,9 @@ class ToolParser:
     # A grammar parser (vLLM's "engine-based"): see OutputParser for the two
     # rules vLLM applies only when every configured parser is one.
     grammar_based: ClassVar[bool] = False
+    # Set when no reasoning parser runs: reasoning markup is plain content (a
+    # grammar that knows reasoning markers leaves them in the text).
+    skip_reasoning_parsing: bool = False
 
     def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,
                  tool_choice: object = None, chat_template_kwargs: dict | None = None) -> None:
@@ -54,10 +57,6 @@ class ToolParser:
         # What vLLM's serving layer reads back at the end of a stream.
         self.prev_tool_call_arr: list[dict] = []
         self.streamed_args_for_tool: list[str] = []
-
-    # Set when no reasoning parser runs: reasoning markup is plain content (a
-    # grammar that knows reasoning markers leaves them in the text).
-    skip_reasoning_parsing = False
 
     @classmethod
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
