@@ -88,6 +88,33 @@ def test_acquisition_refuses_a_binary_that_does_not_match_the_record(tmp_path):
     assert list(pkg.iterdir()) == []  # no partial file left behind
 
 
+def test_reference_flag_picks_the_frontends_and_the_rust_points():
+    from tools.bench import run
+    from tools.bench.loadgen import Workload
+
+    assert run.parse_args([]).frontends == ["ours", "vllm"]
+    assert run.parse_args(["--reference", "rust,python"]).frontends == ["ours", "rust", "vllm"]
+    assert run.parse_args(["--reference", "rust"]).frontends == ["ours", "rust"]
+    assert run.parse_args(["--frontends", "vllm", "--reference", "rust"]).frontends == ["rust"]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--reference", "go"])
+    assert run.supports("rust", Workload("s", 4)) and run.supports("vllm", Workload("b", 4, n=4))
+    assert not run.supports("rust", Workload("n", 4, n=4))
+    assert not run.supports("rust", Workload("b", 4, prompts_per_request=8))
+
+
+def test_benchmark_runs_on_without_the_rust_frontend(monkeypatch):
+    from tools.bench import run
+
+    def unavailable(*_a, **_k):
+        raise rust_frontend.Unavailable("no wheel here")
+
+    monkeypatch.setattr(rust_frontend, "ensure", unavailable)
+    args = run.parse_args(["--reference", "python,rust"])
+    assert run.rust_available(args) == "no wheel here"
+    assert args.frontends == ["ours", "vllm"]
+
+
 @pytest.fixture
 def rust_binary() -> Path:
     path = rust_frontend.installed()

@@ -762,8 +762,8 @@ def paced_section(data: dict, json_path: Path) -> list[str]:
         "on the machine: see the core busy column)",
         f"* frontend under test on core {a['frontend_cpu']}, mock engine, load generator and "
         f"harness on core {a['other_cpu']}; {a['duration']:g} s window per point "
-        f"({a['ceiling_duration']:g} s for the floor), {res.repeats} repeat(s), both "
-        "stacks started once per repeat, points alternating which frontend goes first; "
+        f"({a['ceiling_duration']:g} s for the floor), {res.repeats} repeat(s), every "
+        "stack started once per repeat, points rotating which frontend goes first; "
         f"mock --max-num-seqs {a['max_num_seqs']}; prompts of 128 tokens, 128 output tokens "
         "unless the point says otherwise",
         "",
