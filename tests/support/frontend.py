@@ -51,7 +51,7 @@ class FrontendProcess:
         self.log_path = workdir / f"frontend-{self.port}-{time.monotonic_ns()}.log"
         self.command = [
             str(BIN_DIR / "frontend"), "--engine-addr", engine_addr, "--model", str(model_dir),
-            "--served-model-name", SERVED_NAME, "--port", str(self.port),
+            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
             "--engine-state-file", str(self.state_file), "--enable-debug-endpoints",
             *extra_args]
         with open(self.log_path, "wb") as log:
