@@ -40,8 +40,7 @@ One row per flag: (option strings, dest, scope, action, nargs, value type, choic
 VLLM_VERSION = {version!r}
 
 # The positional model of ``vllm serve MODEL`` (dest ``model_tag``) is not a row.
-FLAGS: tuple[tuple[tuple[str, ...], str, str, str, str | None, str, tuple[str, ...] | None],
-             ...] = (
+FLAGS: tuple[tuple[tuple[str, ...], str, str, str, str | None, str, tuple | None], ...] = (
 '''
 
 
@@ -101,7 +100,7 @@ def vllm_flag_rows() -> tuple[str, list[tuple]]:
         value_type = "" if kind in ("store_true", "bool") else _type_name(action.type)
         choices = None
         if action.choices is not None:
-            choices = tuple(str(c) for c in action.choices if c is not None)
+            choices = tuple(c for c in action.choices if c is not None)
         scope = "server" if action.dest in server else "engine"
         rows.append((tuple(action.option_strings), action.dest, scope, kind,
                      action.nargs if isinstance(action.nargs, str) else None,

@@ -17,8 +17,7 @@ One row per flag: (option strings, dest, scope, action, nargs, value type, choic
 VLLM_VERSION = '0.32.0'
 
 # The positional model of ``vllm serve MODEL`` (dest ``model_tag``) is not a row.
-FLAGS: tuple[tuple[tuple[str, ...], str, str, str, str | None, str, tuple[str, ...] | None],
-             ...] = (
+FLAGS: tuple[tuple[tuple[str, ...], str, str, str, str | None, str, tuple | None], ...] = (
     (('--headless',), 'headless', 'server', 'store_true', None, '', None),
     (('--api-server-count', '-asc'), 'api_server_count', 'server', 'store', None, 'int', None),
     (('--config',), 'config', 'server', 'store', None, 'str', None),
@@ -253,7 +252,7 @@ FLAGS: tuple[tuple[tuple[str, ...], str, str, str, str | None, str, tuple[str, .
     (('--mm-device-do-normalize', '--no-mm-device-do-normalize'), 'mm_device_do_normalize', 'engine', 'bool', None, '', None),
     (('--enable-lora', '--no-enable-lora'), 'enable_lora', 'engine', 'bool', None, '', None),
     (('--max-loras',), 'max_loras', 'engine', 'store', None, 'int', None),
-    (('--max-lora-rank',), 'max_lora_rank', 'engine', 'store', None, 'int', ('1', '8', '16', '32', '64', '128', '256', '320', '512')),
+    (('--max-lora-rank',), 'max_lora_rank', 'engine', 'store', None, 'int', (1, 8, 16, 32, 64, 128, 256, 320, 512)),
     (('--lora-dtype',), 'lora_dtype', 'engine', 'store', None, 'str', ('auto', 'bfloat16', 'float16')),
     (('--enable-tower-connector-lora', '--no-enable-tower-connector-lora'), 'enable_tower_connector_lora', 'engine', 'bool', None, '', None),
     (('--max-cpu-loras',), 'max_cpu_loras', 'engine', 'store', None, 'int?', None),
