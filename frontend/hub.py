@@ -53,15 +53,16 @@ def resolve(name_or_path: str, revision: str | None = None,
             raise FileNotFoundError(f"{name_or_path}: not a directory")
         return path
     import huggingface_hub  # only for a Hub id (its import costs start-up time)
+    from huggingface_hub import constants
     from huggingface_hub import errors
 
-    offline = huggingface_hub.constants.HF_HUB_OFFLINE
+    offline = constants.HF_HUB_OFFLINE
     where = f"{name_or_path}" + (f" (revision {revision})" if revision else "")
     log.info("resolving %s through the Hugging Face cache%s", where,
              " (offline)" if offline else "")
     try:
         snapshot = huggingface_hub.snapshot_download(
-            repo_id=name_or_path, revision=revision or huggingface_hub.constants.DEFAULT_REVISION,
+            repo_id=name_or_path, revision=revision or constants.DEFAULT_REVISION,
             cache_dir=options.download_dir, token=options.token, local_files_only=offline,
             ignore_patterns=WEIGHT_FILE_PATTERNS)
     except errors.HFValidationError as e:
@@ -69,7 +70,7 @@ def resolve(name_or_path: str, revision: str | None = None,
             f"{name_or_path}: neither a local directory nor a valid Hugging Face Hub id "
             f"({e})") from None
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as e:
-        cache = options.download_dir or huggingface_hub.constants.HF_HUB_CACHE
+        cache = options.download_dir or constants.HF_HUB_CACHE
         raise FileNotFoundError(
             f"{where} is not in the Hugging Face cache ({cache}) and cannot be downloaded"
             f"{' (HF_HUB_OFFLINE is set)' if offline else ''}: {e}") from None
@@ -92,8 +93,9 @@ def repo_files(name_or_path: str, revision: str | None = None,
         root = pathlib.Path(name_or_path)
         return [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
     import huggingface_hub
+    from huggingface_hub import constants
 
-    if huggingface_hub.constants.HF_HUB_OFFLINE:
+    if constants.HF_HUB_OFFLINE:
         return []
     try:
         return huggingface_hub.list_repo_files(name_or_path, revision=revision,

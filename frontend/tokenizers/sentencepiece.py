@@ -130,8 +130,14 @@ def _merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
 
 def _add_tokens(tokenizer: Tokenizer, spm: SpmModel, config: dict[str, Any]) -> None:
     """The model's control and user-defined pieces, then tokenizer_config's
-    added_tokens_decoder (ids already in the vocabulary keep their id)."""
-    tokens = [AddedToken(piece, normalized=False, special=kind == _CONTROL)
+    added_tokens_decoder (ids already in the vocabulary keep their id). The
+    tokens the config names (bos, eos, unk, pad ...) are special, as in
+    transformers."""
+    named = {_content(config.get(key)) for key in ("bos_token", "eos_token", "unk_token",
+                                                   "pad_token", "sep_token", "cls_token",
+                                                   "mask_token")}
+    named |= {_content(t) for t in config.get("additional_special_tokens") or []}
+    tokens = [AddedToken(piece, normalized=False, special=kind == _CONTROL or piece in named)
               for piece, _, kind in spm.pieces if kind in (_CONTROL, _USER_DEFINED)]
     for _, spec in sorted((config.get("added_tokens_decoder") or {}).items(),
                           key=lambda item: int(item[0])):
