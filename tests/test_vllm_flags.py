@@ -14,14 +14,18 @@ added by a later vLLM fails here until the table is regenerated
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from frontend.cli import build_parser, parse_args
 from frontend.ops import vllm_flags
 from tests.support.real_engine import REPO_ROOT, require_vllm
+
+BIN_DIR = Path(sys.executable).parent
 
 # vLLM's flags the frontend acts on (its own argument of the same dest).
 FRONTEND_FLAGS = {
@@ -199,3 +203,28 @@ def test_engine_address_defaults_to_where_a_headless_vllm_connects():
     # the old form keeps working, and vLLM's default model
     assert ours(["--engine-addr", "tcp://h:1", "--model", "/m"]).model == "/m"
     assert ours([]).model == "Qwen/Qwen3-0.6B"
+
+
+def test_default_host_is_all_interfaces_with_a_warning(tiny_model_dir):
+    """As vLLM, the default listens on every interface; without an API key the
+    start says so. Engine flags are listed once. (No engine: the start ends
+    after --engine-ready-timeout, before listening.)"""
+    from tests.support.mock_engine import free_port
+
+    def start(*extra: str) -> str:
+        proc = subprocess.run(
+            [str(BIN_DIR / "frontend"), "serve", str(tiny_model_dir), "--engine-addr",
+             f"tcp://127.0.0.1:{free_port()}", "--engine-ready-timeout", "0.5",
+             "--engine-state-file", "", "--gpu-memory-utilization", "0.8", *extra],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+            env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
+        assert proc.returncode == 1, proc.stderr  # no engine came
+        return proc.stderr
+
+    warning = "listening on 0.0.0.0:8000 (all interfaces) without --api-key"
+    log = start()
+    assert warning in log
+    assert log.count("engine flags: not used by the frontend: "
+                     "--gpu-memory-utilization 0.8") == 1
+    assert warning not in start("--api-key", "k")
+    assert "without --api-key" not in start("--host", "127.0.0.1")
