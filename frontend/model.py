@@ -91,6 +91,9 @@ class ModelInfo:
     tokenizer_config: dict[str, Any] = field(default_factory=dict)
     # Set for byte-level BPE tokenizers: the fast incremental decoder's tables.
     byte_level: ByteLevelTexts | None = None
+    # The Metaspace replacement ("▁") of sentencepiece-style tokenizers, whose
+    # single-token decode drops a leading space (vLLM restores it in logprobs).
+    space_marker: str | None = None
     # Mixture of experts (vLLM's ModelConfig.is_moe): data parallel needs waves.
     num_experts: int = 0
     # vLLM's override_max_tokens: a cap on every request's max_tokens from
@@ -196,6 +199,7 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
         (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
     if is_byte_level(tokenizer):
         info.byte_level = ByteLevelTexts(tokenizer, special)
+    info.space_marker = _space_marker(tokenizer)
     if info.default_sampling and source.generation_config != "vllm":
         log.warning("Default vLLM sampling parameters have been overridden by %s: `%s`. If "
                     "this is not intended, please relaunch with `--generation-config vllm`.",
@@ -229,6 +233,19 @@ def _sampling_defaults(gen_config: dict[str, Any], source: ModelSource) -> dict[
     merged.update(source.override_generation_config)
     return {dst: merged[src] for src, dst in _GENERATION_DEFAULT_KEYS.items()
             if merged.get(src) is not None}
+
+
+def _space_marker(tokenizer: Tokenizer) -> str | None:
+    """vLLM's get_leading_space_marker: a Metaspace pre-tokenizer's replacement
+    (on its own or in a Sequence), else None."""
+    pre = tokenizer.pre_tokenizer
+    if pre is None:
+        return None
+    spec = json.loads(pre.__getstate__())
+    for part in [spec, *(spec.get("pretokenizers") or [])]:
+        if part.get("type") == "Metaspace":
+            return part.get("replacement", "▁")
+    return None
 
 
 def _num_experts(config: dict[str, Any]) -> int:
