@@ -73,7 +73,7 @@ class ModelSource:
 
 @dataclass
 class ModelInfo:
-    path: str
+    path: str  # --model as given (a directory or a Hub id)
     served_names: list[str]
     tokenizer: Tokenizer
     vocab_size: int
@@ -94,6 +94,7 @@ class ModelInfo:
     # The Metaspace replacement ("▁") of sentencepiece-style tokenizers, whose
     # single-token decode drops a leading space (vLLM restores it in logprobs).
     space_marker: str | None = None
+    directory: str = ""  # where its files were read (a Hub id's cache snapshot)
     # Mixture of experts (vLLM's ModelConfig.is_moe): data parallel needs waves.
     num_experts: int = 0
     # vLLM's override_max_tokens: a cap on every request's max_tokens from
@@ -172,7 +173,8 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
     vocab_size = int(text_config.get("vocab_size") or tokenizer.get_vocab_size(True))
 
     info = ModelInfo(
-        path=str(model_dir),
+        path=str(model),  # as given: /v1/models' root is vLLM's --model
+        directory=str(model_dir),
         served_names=served_names or [str(model)],
         tokenizer=tokenizer,
         vocab_size=vocab_size,

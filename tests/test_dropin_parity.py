@@ -25,7 +25,7 @@ import shutil
 import pytest
 
 from tests.support import model_layouts
-from tests.support.http_client import post
+from tests.support.http_client import get, post
 from tests.support.parser_diff import masked
 from tests.support.real_engine import HOST
 from tests.support.vllm_frontend import VllmFrontend
@@ -61,7 +61,17 @@ def stream_text(url: str, body: dict) -> str:
     return text
 
 
-def assert_same_chat(ours_url: str, theirs_url: str) -> None:
+def assert_same_chat(ours_url: str, theirs_url: str, *, root: str | None = None) -> None:
+    """``root``: our /v1/models root where vLLM's server was given the model's
+    directory instead (it is the model as given: a Hub id stays one)."""
+    models = [masked(get(url, "/v1/models").json) for url in (ours_url, theirs_url)]
+    for mine, listing in enumerate(models):
+        for card in listing["data"]:
+            card.pop("created", None)
+            if root is not None:
+                assert mine or card.pop("root") == root
+                card.pop("root", None)
+    assert models[0] == models[1]
     for body in REQUESTS:
         ours, theirs = chat(ours_url, body), chat(theirs_url, body)
         assert ours == theirs, body
@@ -84,7 +94,7 @@ def offline(hf_home) -> dict[str, str]:
 
 def test_a_hub_id_from_the_cache_serves_as_vllm(vllm_frontend, real_stack, offline):
     with real_stack.restarted("--model", HUB_ID, env=offline) as fe:
-        assert_same_chat(fe.url, vllm_frontend.url)
+        assert_same_chat(fe.url, vllm_frontend.url, root=HUB_ID)
         assert "resolving acme/tiny-chat through the Hugging Face cache (offline)" in fe.log()
 
 
@@ -110,7 +120,7 @@ compilation-config:
             "--engine-addr", real_stack.engine.handshake_addr,
             "--engine-state-file", str(real_stack.state_file), "--enable-debug-endpoints"]
     with real_stack.restarted(argv=argv, env=offline) as fe:
-        assert_same_chat(fe.url, vllm_frontend.url)
+        assert_same_chat(fe.url, vllm_frontend.url, root=HUB_ID)
         log = fe.log()
         assert "engine flags: not used by the frontend: --max-model-len 1024 --dtype float32 " \
                "--gpu-memory-utilization 0.85 --enable-prefix-caching --no-enforce-eager " \
@@ -138,7 +148,7 @@ def test_a_deployments_vllm_serve_line_serves_as_vllm(vllm_frontend, real_stack,
     shutil.copy(real_stack.state_file, runtime / f"vllm-frontend-{safe}.state")
     with real_stack.restarted(argv=line.split(),
                               env={**offline, "XDG_RUNTIME_DIR": str(runtime)}) as fe:
-        assert_same_chat(fe.url, vllm_frontend.url)
+        assert_same_chat(fe.url, vllm_frontend.url, root=HUB_ID)
         log = fe.log()
         assert "engine flags: not used by the frontend: --tensor-parallel-size 1" in log
         assert ("vllm serve flags this frontend does not implement (ignored): "

@@ -41,7 +41,7 @@ from frontend.hub import HubOptions
 m = load_model_info({model!r}, tokenizer_dir={tokenizer!r}, source=ModelSource(
     revision={revision!r}, tokenizer_revision={tokenizer_revision!r},
     hub=HubOptions(download_dir={download_dir!r})))
-print(json.dumps({{"path": m.path, "names": m.served_names, "ids": m.encode("Hello world"),
+print(json.dumps({{"path": m.directory, "root": m.path, "names": m.served_names, "ids": m.encode("Hello world"),
                   "eos": m.generation_eos_ids,
                   "hub_imported": "huggingface_hub" in sys.modules}}))
 """
@@ -68,6 +68,7 @@ def test_a_hub_id_resolves_offline_from_the_cache(hf_home, tiny_model_dir):
     assert got["path"] == str(hf_home / "hub" / "models--acme--tiny-chat" / "snapshots"
                               / model_layouts.COMMIT)
     assert got["names"] == ["acme/tiny-chat"]  # served as the Hub id, as vLLM does
+    assert got["root"] == "acme/tiny-chat"  # /v1/models' root, as vLLM's
     assert got["ids"] == local.encode("Hello world")
     assert got["eos"] == local.generation_eos_ids
 
