@@ -80,8 +80,9 @@ def _pull_config(args: list[str], known: set[str], serve: bool) -> list[str]:
         raise ValueError("No config file specified! Please check your command-line arguments.")
     config_args = config_file_args(args[index + 1], known)
     rest = args[:index] + args[index + 2:]
-    if not serve:
-        return config_args + rest
+    if not serve:  # (after a leading positional model, as after `serve MODEL`)
+        head = 1 if rest and not rest[0].startswith("-") else 0
+        return rest[:head] + config_args + rest[head:]
     model_in_cli = len(rest) > 1 and not rest[1].startswith("-")
     if not model_in_cli and "--model" not in config_args:
         raise ValueError("No model specified! Please specify model either as a positional "
