@@ -35,7 +35,7 @@ ALL_INTERFACES = "0.0.0.0"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="frontend", allow_abbrev=False,
+        prog="frontend",
         usage="frontend [serve] [MODEL] [--engine-addr tcp://HOST:PORT] [options]",
         description="OpenAI-compatible HTTP frontend for an unmodified vLLM 0.32 EngineCore. "
                     "It binds --engine-addr; start the engine with `vllm serve MODEL "
