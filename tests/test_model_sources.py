@@ -41,7 +41,8 @@ from frontend.hub import HubOptions
 m = load_model_info({model!r}, tokenizer_dir={tokenizer!r}, source=ModelSource(
     revision={revision!r}, tokenizer_revision={tokenizer_revision!r},
     hub=HubOptions(download_dir={download_dir!r})))
-print(json.dumps({{"path": m.directory, "root": m.path, "names": m.served_names, "ids": m.encode("Hello world"),
+print(json.dumps({{"path": m.directory, "root": m.path, "names": m.served_names,
+                  "ids": m.encode("Hello world"),
                   "eos": m.generation_eos_ids,
                   "hub_imported": "huggingface_hub" in sys.modules}}))
 """
