@@ -146,7 +146,8 @@ async def serve(state: AppState, request: web.Request, req: Any, request_id: str
     step = step_params(state, params)
     max_model_len = state.max_model_len
     max_tokens = [get_max_tokens(max_model_len, requested_max_tokens, len(ids),
-                                 model.default_sampling) for ids in prompts]
+                                 model.default_sampling, model.override_max_tokens)
+                  for ids in prompts]
     searches = [search(state, request_id, ids, params, step, limit, lora, req.cache_salt)
                 for ids, limit in zip(prompts, max_tokens)]
     if len(searches) == 1:

@@ -291,7 +291,7 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
         fields["skip_special_tokens"] = False
     model = state.model
     max_tokens = get_max_tokens(max_model_len, requested, len(prompt_ids),
-                                model.default_sampling)
+                                model.default_sampling, model.override_max_tokens)
     params = build_sampling_params(model, fields, max_tokens=max_tokens,
                                    stream=bool(req.stream))
     params.structured_outputs = await resolve_structured_outputs(

@@ -267,7 +267,7 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
     grammar = None
     for p_idx, (ids, _) in enumerate(rendered):
         max_tokens = get_max_tokens(max_model_len, req.max_tokens, len(ids),
-                                    model.default_sampling)
+                                    model.default_sampling, model.override_max_tokens)
         params = build_sampling_params(
             model, fields, max_tokens=1 if echo_without_generation else max_tokens,
             stream=bool(req.stream))

@@ -168,7 +168,8 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
     prompt_len = len(req.token_ids)
     if params.max_tokens is None:  # server-side default: the rest of the context
         params.max_tokens = get_max_tokens(state.max_model_len, None, prompt_len,
-                                           state.model.default_sampling)
+                                           state.model.default_sampling,
+                                           state.model.override_max_tokens)
     check_prompt_len(prompt_len, state.max_model_len)
     rid = request_id_for(request, req.request_id)
     group = Group(f"generate-tokens-{rid}", stream=bool(req.stream),

@@ -41,15 +41,16 @@ OPENAI_DEFAULTS = {
 
 
 def get_max_tokens(max_model_len: int, requested: int | None, prompt_len: int,
-                   defaults: dict[str, Any]) -> int:
-    """vLLM's get_max_tokens: the request (or the model's default), capped by the context."""
+                   defaults: dict[str, Any], override: int | None = None) -> int:
+    """vLLM's get_max_tokens: the request (or the model's default), capped by the
+    context and by ``override`` (vLLM's override_max_tokens: --generation-config
+    DIR's max_new_tokens, or --override-generation-config's)."""
     if prompt_len > max_model_len:
         raise ApiError(f"Input length ({prompt_len}) exceeds model's maximum context "
                        f"length ({max_model_len}).")
     candidates = [max_model_len - prompt_len]
     fallback = requested if requested is not None else defaults.get("max_tokens")
-    if fallback is not None:
-        candidates.append(fallback)
+    candidates += [v for v in (fallback, override) if v is not None]
     return min(candidates)
 
 
