@@ -15,8 +15,9 @@ from frontend.fanout import Group
 from frontend.model import load_model_info
 from frontend.openai.completions import CompletionRequest
 from frontend.openai.sampling import build_sampling_params
-from frontend.ops.stats import EngineMetrics, check_bucket_overrides, request_token_buckets
-from frontend.ops.vllm_metrics import Exposition, cache_config_labels
+from frontend.ops.buckets import check_bucket_overrides, request_token_buckets
+from frontend.ops.stats_recorder import StatsRecorder
+from frontend.ops.vllm_metrics import ITL, Exposition, cache_config_labels
 from protocol import wire
 from protocol.handshake import ReadyResponse
 from tests.support.exposition import parse
@@ -50,7 +51,7 @@ class Harness:
 
     def __init__(self, model) -> None:
         self.model = model
-        self.metrics = EngineMetrics(lambda: MAX_MODEL_LEN)
+        self.metrics = StatsRecorder(lambda: MAX_MODEL_LEN)
         self.state = hot_path.make_state(model, MAX_MODEL_LEN, observer=self.metrics)
         self.table = self.state.table
 
@@ -81,8 +82,8 @@ class Harness:
 
         class Collector:
             def collect(self):
-                indexes = sorted({0, *metrics.engines})
-                yield from Exposition([(str(i), metrics.engine(i)) for i in indexes], "tiny",
+                indexes = sorted({0, *metrics.ranks})
+                yield from Exposition([(str(i), metrics.rank(i)) for i in indexes], "tiny",
                                       1.0).families(
                     cache_config=cache_config_labels(
                         ReadyResponse(max_model_len=MAX_MODEL_LEN, num_gpu_blocks=1024,
@@ -290,7 +291,7 @@ def test_inter_token_gaps_of_a_shared_step_equal_one_by_one(model):
     h.step(1.5, out(a, [12]), out(b, [12]))  # c skips this message
     h.step(2.25, out(a, [13]), out(b, [13]), out(c, [13]))
     h.step(2.5, out(a, [14], LENGTH), out(b, [14], LENGTH), out(c, [14], LENGTH))
-    itl = h.metrics.engine(0).itl
+    itl = h.metrics.rank(0).histograms[ITL]
     assert itl.count == 2 + 3 + 3
     assert itl.sum == pytest.approx(2 * 0.5 + 2 * 0.75 + 1.25 + 3 * 0.25)
     assert [n for n in itl.counts if n] == [3, 2, 2, 1]  # 0.25 x3, 0.5 x2, 0.75 x2, 1.25
@@ -299,7 +300,7 @@ def test_inter_token_gaps_of_a_shared_step_equal_one_by_one(model):
 
 def test_custom_histogram_buckets_replace_a_familys_bounds(model):
     h = Harness(model)
-    h.metrics = EngineMetrics(lambda: MAX_MODEL_LEN, bucket_overrides=check_bucket_overrides(
+    h.metrics = StatsRecorder(lambda: MAX_MODEL_LEN, bucket_overrides=check_bucket_overrides(
         {"request_latency": [0.01, 0.5, 2], "request_tokens": [4, 8]}))
     f = h.families()
     assert f["vllm:e2e_request_latency_seconds"].bounds == ("0.01", "0.5", "2.0", "+Inf")
