@@ -16,6 +16,8 @@ from frontend.model import load_model_info
 from frontend.openai.completions import CompletionRequest
 from frontend.openai.sampling import build_sampling_params
 from frontend.ops.buckets import check_bucket_overrides, request_token_buckets
+from frontend.ops.rank_stats import RankStats
+from frontend.ops.service_metrics import Snapshot
 from frontend.ops.stats_recorder import StatsRecorder
 from frontend.ops.vllm_metrics import ITL, Exposition, cache_config_labels
 from protocol import wire
@@ -77,20 +79,23 @@ class Harness:
         self.table.on_outputs([wire.decode_step(frames)])
 
     def families(self) -> dict:
-        registry = CollectorRegistry(auto_describe=False)
-        metrics = self.metrics
+        return families({i: self.metrics.rank(i) for i in sorted({0, *self.metrics.ranks})})
 
-        class Collector:
-            def collect(self):
-                indexes = sorted({0, *metrics.ranks})
-                yield from Exposition([(str(i), metrics.rank(i)) for i in indexes], "tiny",
-                                      1.0).families(
-                    cache_config=cache_config_labels(
-                        ReadyResponse(max_model_len=MAX_MODEL_LEN, num_gpu_blocks=1024,
-                                      block_size=128), len(indexes)),
-                    count_nans=False, kv_cache_metrics=False)
-        registry.register(Collector())
-        return parse(generate_latest(registry).decode())
+
+def families(ranks: dict[int, RankStats]) -> dict:
+    """/metrics' vLLM families of these ranks' stats, parsed."""
+    registry = CollectorRegistry(auto_describe=False)
+
+    class Collector:
+        def collect(self):
+            yield from Exposition([(str(i), stats) for i, stats in ranks.items()], "tiny",
+                                  1.0).families(
+                cache_config=cache_config_labels(
+                    ReadyResponse(max_model_len=MAX_MODEL_LEN, num_gpu_blocks=1024,
+                                  block_size=128), len(ranks)),
+                count_nans=False, kv_cache_metrics=False)
+    registry.register(Collector())
+    return parse(generate_latest(registry).decode())
 
 
 def out(choice, tokens, finish=None, *, first_prompt_len=None, events=None,
@@ -272,6 +277,45 @@ def test_every_engine_has_its_own_children(model):
     info = f["vllm:cache_config_info"]
     assert {dict(labels)["engine"] for _, labels in info.samples} == {"0", "1"}
     assert {dict(labels)["num_gpu_blocks"] for _, labels in info.samples} == {"2048"}
+
+
+def test_two_processes_stats_merge_to_their_sum(model):
+    """--api-server-count: a rank's stats from two processes, each through a
+    snapshot's bytes, merge to the sum of every counter and histogram, with the
+    gauges of the later scheduler stats."""
+    def workload(h: Harness, t0: float, running: int) -> None:
+        x, y = h.submit([[5, 6, 7]], n=2, max_tokens=4).choices
+        stats = {**QUIET_STATS, "num_running_reqs": running,
+                 "prefix_cache_stats": {"queries": 10 * running, "hits": 4}}
+        h.step(t0, out(x, [11], first_prompt_len=3, events=[(QUEUED, t0 - 1),
+                                                           (SCHEDULED, t0 - 0.5)]),
+               out(y, [12], first_prompt_len=3, events=[(PREEMPTED, t0 - 0.2)]), stats=stats)
+        h.step(t0 + 0.25 * running, out(x, [13], LENGTH), out(y, [14], STOP))
+
+    a, b = Harness(model), Harness(model)
+    workload(a, 1.0, 3)
+    a.step(1.5, stats={**QUIET_STATS, "num_running_reqs": 7, "spec_decoding_stats": {
+        "num_spec_tokens": 2, "num_drafts": 1, "num_draft_tokens": 2,
+        "num_accepted_tokens": 1, "num_accepted_tokens_per_pos": [1, 0]}})
+    workload(b, 5.0, 1)
+
+    def through_bytes(h: Harness) -> Snapshot:
+        snapshot = Snapshot({0: h.metrics.rank(0)})
+        return msgspec.msgpack.decode(msgspec.msgpack.encode(snapshot), type=Snapshot)
+
+    fa, fb = a.families(), b.families()
+    merged = families(through_bytes(a).merge(through_bytes(b)).ranks)
+    assert merged.keys() == fa.keys()  # spec decode: in a only
+    for name, family in merged.items():
+        for key, got in family.samples.items():
+            in_a, in_b = (f[name].samples.get(key, 0) if name in f else 0 for f in (fa, fb))
+            want = in_b if family.type == "gauge" else in_a + in_b
+            assert got == pytest.approx(want), (name, key)
+    assert value(merged, "vllm:request_success", "_total") == 4
+    assert value(merged, "vllm:num_preemptions", "_total") == 2
+    assert value(merged, "vllm:request_queue_time_seconds", "_count") == 2
+    assert value(merged, "vllm:num_requests_running") == 1  # b's stats are the later
+    assert value(merged, "vllm:spec_decode_num_drafts", "_total") == 1
 
 
 @pytest.mark.parametrize("max_model_len, last", [

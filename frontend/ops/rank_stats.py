@@ -34,7 +34,11 @@ class Histogram(msgspec.Struct, array_like=True, gc=False):
     def empty(cls, bounds: tuple[float, ...]) -> Histogram:
         return cls(bounds, [0] * (len(bounds) + 1))
 
-    def observe(self, value: float, times: int = 1) -> None:
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def observe_many(self, value: float, times: int) -> None:
         """``times`` observations of ``value`` (several choices' equal gaps at once)."""
         self.counts[bisect_left(self.bounds, value)] += times
         self.sum += value * times

@@ -22,11 +22,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from frontend.ops.stats_recorder import generated_tokens
+from frontend.ops.counting import generated_tokens
 
 if TYPE_CHECKING:
     from frontend.fanout import Choice
-    from frontend.ops.stats_recorder import RequestStats
+    from frontend.ops.counting import RequestStats
 
 log = logging.getLogger("frontend.tracing")
 

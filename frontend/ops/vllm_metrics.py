@@ -8,10 +8,10 @@ have all their children from the start, in vLLM's order (label value, then
 rank).
 
 :data:`VLLM_FAMILIES` is the table. A counter or histogram row takes its slot
-in :class:`RankStats` (the constant it returns is what the stats recorder adds
+in :class:`RankStats` (the constant it returns is what the counting rules add
 to); a gauge row reads the engine's scheduler stats. Adding a family is one
 row here, plus, for a counter or histogram, the line that observes it
-(``stats_recorder.py``). The multi-process sum follows from the slots:
+(``counting.py``). The multi-process sum follows from the slots:
 counters and histograms add up, gauges come from the latest scheduler stats
 (``rank_stats.py``).
 """
