@@ -19,7 +19,7 @@ import asyncio
 import time
 import collections
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -86,50 +86,57 @@ class FrontendFamily:
         return family
 
 
+def counter(name: str, help: str, read: Callable[["Metrics"], float | Series],
+            **options: Any) -> FrontendFamily:
+    return FrontendFamily(name, help, True, read, **options)
+
+
+def gauge(name: str, help: str, read: Callable[["Metrics"], float | Series],
+          **options: Any) -> FrontendFamily:
+    return FrontendFamily(name, help, False, read, **options)
+
+
 def _by_one_label(counts: dict[str, int]) -> Series:
     return {(key,): value for key, value in counts.items()}
 
 
 # The frontend's families, in /metrics order: one row per family.
 FRONTEND_FAMILIES = (
-    FrontendFamily("http_requests", "HTTP requests by handler, method and status code.", True,
-                   lambda m: dict(m.http.requests), labels=("handler", "method", "status")),
-    FrontendFamily("vllm_frontend_client_disconnects",
-                   "Requests whose client went away before the response ended.", True,
-                   lambda m: m.http.disconnects),
-    FrontendFamily("vllm_frontend_engine_aborts",
-                   "Engine requests this frontend aborted (client gone, stop string, failed "
-                   "sibling, slow consumer, shutdown).", True,
-                   lambda m: m.state.engine.num_aborts_sent),
-    FrontendFamily("vllm_frontend_rejected_requests",
-                   "Requests refused before any work, by reason.", True,
-                   lambda m: _by_one_label(m.http.rejected), labels=("reason",),
-                   shown=("body_too_large", "draining", "too_many_choices",
-                          "too_many_requests", "unauthorized")),
-    FrontendFamily("vllm_frontend_slow_consumer_aborts",
-                   "Streams aborted because the client did not read them.", True,
-                   lambda m: m.recorder.slow_consumer_aborts if m.recorder else 0,
-                   when=lambda m: m.recorder is not None),
-    FrontendFamily("vllm_frontend_open_streams", "Streaming responses being written.", False,
-                   lambda m: m.http.open_streams),
-    FrontendFamily("vllm_frontend_requests_in_flight",
-                   "Generation requests being handled (HTTP level).", False,
-                   lambda m: m.limits.requests),
-    FrontendFamily("vllm_frontend_choices_in_flight",
-                   "Choices (prompts x n) of admitted generation requests (counted only with "
-                   "--max-concurrent-requests, which bounds it).", False,
-                   lambda m: m.limits.choices),
-    FrontendFamily("vllm_frontend_fanout_entries", "Engine requests in the fan-out table.",
-                   False, lambda m: len(m.state.table)),
-    FrontendFamily("vllm_frontend_engine_alive", "1 while an engine is attached and alive.",
-                   False, lambda m: 1 if m.state.engine.alive else 0, summed=False),
-    FrontendFamily("vllm_frontend_draining", "1 once a SIGTERM started the drain.", False,
-                   lambda m: 1 if m.state.draining else 0, summed=False),
-    FrontendFamily("vllm_frontend_engine_ranks",
-                   "Engine ranks by state: serving, stalled (sends nothing while it has "
-                   "work), dead (lost or never attached).", False,
-                   lambda m: _by_one_label(collections.Counter(m.state.engine.rank_states())),
-                   labels=("state",), shown=("serving", "stalled", "dead"), summed=False),
+    counter("http_requests", "HTTP requests by handler, method and status code.",
+            lambda m: dict(m.http.requests), labels=("handler", "method", "status")),
+    counter("vllm_frontend_client_disconnects",
+            "Requests whose client went away before the response ended.",
+            lambda m: m.http.disconnects),
+    counter("vllm_frontend_engine_aborts",
+            "Engine requests this frontend aborted (client gone, stop string, failed "
+            "sibling, slow consumer, shutdown).", lambda m: m.state.engine.num_aborts_sent),
+    counter("vllm_frontend_rejected_requests", "Requests refused before any work, by reason.",
+            lambda m: _by_one_label(m.http.rejected), labels=("reason",),
+            shown=("body_too_large", "draining", "too_many_choices", "too_many_requests",
+                   "unauthorized")),
+    counter("vllm_frontend_slow_consumer_aborts",
+            "Streams aborted because the client did not read them.",
+            lambda m: m.recorder.slow_consumer_aborts if m.recorder else 0,
+            when=lambda m: m.recorder is not None),
+    gauge("vllm_frontend_open_streams", "Streaming responses being written.",
+          lambda m: m.http.open_streams),
+    gauge("vllm_frontend_requests_in_flight", "Generation requests being handled (HTTP level).",
+          lambda m: m.limits.requests),
+    gauge("vllm_frontend_choices_in_flight",
+          "Choices (prompts x n) of admitted generation requests (counted only with "
+          "--max-concurrent-requests, which bounds it).", lambda m: m.limits.choices),
+    gauge("vllm_frontend_fanout_entries", "Engine requests in the fan-out table.",
+          lambda m: len(m.state.table)),
+    # The answering process's own view, not summed:
+    gauge("vllm_frontend_engine_alive", "1 while an engine is attached and alive.",
+          lambda m: 1 if m.state.engine.alive else 0, summed=False),
+    gauge("vllm_frontend_draining", "1 once a SIGTERM started the drain.",
+          lambda m: 1 if m.state.draining else 0, summed=False),
+    gauge("vllm_frontend_engine_ranks",
+          "Engine ranks by state: serving, stalled (sends nothing while it has work), dead "
+          "(lost or never attached).",
+          lambda m: _by_one_label(collections.Counter(m.state.engine.rank_states())),
+          labels=("state",), shown=("serving", "stalled", "dead"), summed=False),
 )
 
 
@@ -166,9 +173,9 @@ class Metrics:
         """What this process counts (``service_metrics``)."""
         recorder = self.recorder
         return Snapshot(
-            {i: recorder.rank(i) for i in self.rank_indexes()} if recorder else {},
-            dict(recorder.lora_info or {}) if recorder else {},
-            {row.name: row.series(self) for row in FRONTEND_FAMILIES if row.summed})
+            ranks={i: recorder.rank(i) for i in self.rank_indexes()} if recorder else {},
+            lora_info=dict(recorder.lora_info or {}) if recorder else {},
+            frontend={row.name: row.series(self) for row in FRONTEND_FAMILIES if row.summed})
 
     def collect(self) -> Iterator[Metric]:
         state = self.state
