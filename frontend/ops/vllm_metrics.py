@@ -31,6 +31,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from frontend.ops.buckets import BUCKET_FAMILIES
 from frontend.ops.rank_stats import Histogram, RankStats
 from protocol import wire
 
@@ -228,7 +229,10 @@ class FamilyTable:
 
     def histogram(self, name: str, help: str, buckets: str,
                   when: Condition | None = None) -> int:
-        """Returns the histogram's slot in ``RankStats.histograms``."""
+        """Returns the histogram's slot in ``RankStats.histograms``; ``buckets``:
+        one of vLLM's bucket families (``--custom-histogram-buckets`` keys)."""
+        if buckets not in BUCKET_FAMILIES:
+            raise ValueError(f"{name}: unknown bucket family {buckets!r}")
         self.rows.append(HistogramRow(name, help, len(self.histogram_buckets), buckets, when))
         self.histogram_buckets.append(buckets)
         return len(self.histogram_buckets) - 1
