@@ -10,7 +10,7 @@ import ssl
 from dataclasses import dataclass, field
 
 from frontend.ops import security
-from frontend.ops.stats import BUCKET_FAMILIES, check_bucket_overrides
+from frontend.ops.buckets import BUCKET_FAMILIES, check_bucket_overrides
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 

@@ -42,7 +42,7 @@ from frontend.openai import tooling  # noqa: E402
 from frontend.openai.chat import ChatCompletionRequest, ChatView  # noqa: E402
 from frontend.openai.completions import CompletionRequest, CompletionView  # noqa: E402
 from frontend.openai.sampling import build_sampling_params  # noqa: E402
-from frontend.ops.stats import EngineMetrics  # noqa: E402
+from frontend.ops.stats_recorder import StatsRecorder  # noqa: E402
 from frontend.render import RenderedChat, Renderer  # noqa: E402
 from frontend.state import AppState, ServingConfig  # noqa: E402
 from protocol import wire  # noqa: E402
@@ -96,7 +96,7 @@ def make_state(model, max_model_len: int = 4096, observer=None) -> AppState:
 
 
 def setup(model, prompts: list[str], streams: int, max_tokens: int, route: str = "completions"):
-    state = make_state(model, observer=EngineMetrics(lambda: 4096))
+    state = make_state(model, observer=StatsRecorder(lambda: 4096))
     table = state.table
     sent = [0]
 
