@@ -73,11 +73,10 @@ def from_validation(e: ValidationError) -> ApiError:
     return ApiError(str(e), 400, "BadRequestError", e.parameter)
 
 
-def invalid(message: str, param: str | None = None, value: Any = None) -> ApiError:
-    """A request vLLM rejects with its ``VLLMValidationError`` (a model
-    validator's or a sampling check's): a plain BadRequestError whose message
-    ends in ``(parameter=..., value=...)``."""
-    return from_validation(ValidationError(message, parameter=param, value=value))
+def invalid(message: str, parameter: str | None = None, value: Any = None) -> ApiError:
+    """A rule of vLLM's request models broken: its VLLMValidationError, which
+    clients get as a plain BadRequestError (``"<message> (parameter=..., value=...)"``)."""
+    return from_validation(ValidationError(message, parameter=parameter, value=value))
 
 
 def schema_error(message: str, param: str | None = None) -> ApiError:
