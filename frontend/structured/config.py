@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     (``--structured-outputs-config.backend guidance``); a dotted value is read
     as JSON if it parses, else as a string, as vLLM reads it."""
     group = parser.add_argument_group("structured outputs (vLLM's StructuredOutputsConfig)")
-    group.add_argument(FLAG, dest="structured_outputs_config", type=_json_object,
+    group.add_argument(FLAG, dest="structured_outputs_config", type=json_object,
                        default={}, metavar="JSON",
                        help='e.g. \'{"backend": "guidance"}\'; backend: auto (default: '
                             'xgrammar, else guidance, as vLLM), xgrammar or guidance')
@@ -108,7 +108,9 @@ def make_config(values: dict[str, Any]) -> StructuredOutputsConfig:
     return StructuredOutputsConfig(**converted)
 
 
-def _json_object(text: str) -> dict:
+def json_object(text: str) -> dict:
+    """An argparse type: a flag's JSON object (``--structured-outputs-config``,
+    ``--override-generation-config``)."""
     try:
         value = json.loads(text)
     except ValueError as e:

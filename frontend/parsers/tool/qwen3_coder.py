@@ -1,16 +1,7 @@
 """``qwen3_coder`` (also ``qwen3_xml``): Qwen3-Coder / Qwen3.5 XML tool calls.
 
-::
-
-    <tool_call>
-    <function=get_weather>
-    <parameter=city>
-    Paris
-    </parameter>
-    </function>
-    </tool_call>
-
-Argument values are converted to the types of the tool's parameter schema.
+The format (``<tool_call><function=NAME><parameter=KEY>VALUE...``) is the
+Qwen3 grammar, :mod:`frontend.parsers.grammar.qwen3`. Argument values are converted to the types of the tool's parameter schema.
 """
 
 from __future__ import annotations
