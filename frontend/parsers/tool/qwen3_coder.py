@@ -1,7 +1,8 @@
 """``qwen3_coder`` (also ``qwen3_xml``): Qwen3-Coder / Qwen3.5 XML tool calls.
 
 The format (``<tool_call><function=NAME><parameter=KEY>VALUE...``) is the
-Qwen3 grammar, :mod:`frontend.parsers.grammar.qwen3`. Argument values are converted to the types of the tool's parameter schema.
+Qwen3 grammar, :mod:`frontend.parsers.grammar.qwen3`. Argument values are
+converted to the types of the tool's parameter schema.
 """
 
 from __future__ import annotations
