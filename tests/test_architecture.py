@@ -180,6 +180,48 @@ def test_tooling_is_the_routes_only_bridge_to_the_parsers():
     assert "frontend.openai.chat" not in _importers("frontend.structured", graph)
 
 
+PARSER_PACKAGES = ("frontend.parsers.tool", "frontend.parsers.reasoning")
+# What every parser builds on: the protocol, its two bases and the shared parts.
+PARSER_FLOOR = {"frontend.parsers.tool.base", "frontend.parsers.reasoning.base",
+                "frontend.parsers.tool.grammar_based", "frontend.parsers.reasoning.grammar_based"}
+
+
+def concrete_parsers(graph: dict[str, set[str]]) -> set[str]:
+    """The modules that hold one parser each (``parsers/tool/hermes.py``, ...)."""
+    return {name for name in graph if name.rpartition(".")[0] in PARSER_PACKAGES
+            and name not in PARSER_FLOOR}
+
+
+def test_no_module_names_a_parser_but_another_parser():
+    """A parser is reached through its registry line only (imported by name on
+    first use): the composite, the constraints and the routes never import one,
+    so adding a parser edits nothing but its module and that line. A parser may
+    build on another (a variant of a format)."""
+    graph = import_graph()
+    parsers = concrete_parsers(graph)
+    assert "frontend.parsers.tool.hermes" in parsers  # not vacuous
+    offending = sorted((name, dep) for name, deps in graph.items() for dep in deps & parsers
+                       if name not in parsers)
+    assert not offending, offending
+
+
+def test_the_parser_protocol_and_the_grammars_sit_below_the_parsers():
+    """The two bases of the protocol need only the delta types and the
+    tokenizer facts; the grammar package (a model's format as data) knows no
+    parser class, no adapter and no composite."""
+    graph = import_graph()
+    for base in ("frontend.parsers.tool.base", "frontend.parsers.reasoning.base"):
+        assert graph[base] <= {"frontend.parsers.types", "frontend.parsers.tokenizer"}, base
+    above = (*PARSER_PACKAGES, "frontend.parsers.composite", "frontend.parsers.registry",
+             "frontend.parsers.text_so_far", "frontend.parsers.forced",
+             "frontend.parsers.message")
+    grammar = sorted(name for name in graph if _inside(name, "frontend.parsers.grammar"))
+    assert grammar
+    offending = sorted((name, dep) for name in grammar for dep in graph[name]
+                       if any(_inside(dep, p) for p in above))
+    assert not offending, offending
+
+
 def test_protocol_and_frontend_never_import_the_engine_side():
     graph = import_graph()
     for name, deps in graph.items():

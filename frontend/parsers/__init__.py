@@ -22,35 +22,10 @@ finish_reason. What the parsers change in the request itself (vLLM's
 :mod:`frontend.structured.tool_choice`, driven by the parsers' class
 attributes.
 
-Adding a parser: one file and one registry line
-------------------------------------------------
 Every parser speaks one per-delta protocol (:mod:`frontend.parsers.tool.base`,
-:mod:`frontend.parsers.reasoning.base`): ``feed(delta_text, delta_ids)`` per
-engine step, ``extract(text)`` for a whole output, ``finish()`` at the end.
-
-1. Write ``parsers/tool/<name>.py`` (or ``parsers/reasoning/<name>.py``) with
-   one class, on either base:
-
-   * :class:`~frontend.parsers.text_so_far.TextSoFarToolParser` /
-     :class:`~frontend.parsers.text_so_far.TextSoFarReasoningParser`: port a
-     vLLM classic parser as it is (``extract_streaming(previous_text,
-     current_text, delta_text, ...)``); the adapter keeps the text so far;
-   * :class:`~frontend.parsers.tool.grammar_based.GrammarToolParser` /
-     :class:`~frontend.parsers.reasoning.grammar_based.GrammarReasoningParser`:
-     for a vLLM declarative (``engine``) parser, return its grammar parser
-     from ``make_grammar_parser`` (a new grammar is one module in
-     :mod:`frontend.parsers.grammar`, shared by the model's tool and
-     reasoning parsers).
-
-   Class attributes say what vLLM's ``adjust_request`` does for it
-   (``structural_tag_model``, ``supports_required_and_named``,
-   ``keeps_special_tokens``); ``check_tokenizer`` refuses a model without its
-   marker tokens.
-2. Add its vLLM name to :data:`TOOL_PARSERS` or :data:`REASONING_PARSERS` in
-   :mod:`frontend.parsers.registry` (``"name": "module:Class"``).
-
-A tool parser whose ``structural_tag_model`` is a format not built yet also
-needs that builder in :mod:`frontend.structured.structural_tag`.
+:mod:`frontend.parsers.reasoning.base`). Adding one is one module in
+``parsers/tool/`` or ``parsers/reasoning/`` and one line in
+:mod:`frontend.parsers.registry` under vLLM's name: see ``README.md`` here.
 """
 
 from __future__ import annotations

