@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.frontend import SERVED_NAME, FrontendProcess
 from tests.support.http_client import RawRequest, post, stream
-from tests.support.real_engine import require_vllm
+from tests.support.requirements import require_vllm
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.real_engine

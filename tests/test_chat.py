@@ -19,7 +19,6 @@ split UTF-8 characters, so "" deltas and U+FFFD are normal.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import shutil
@@ -32,6 +31,7 @@ import pytest
 from frontend import chat_template as ct
 from tests.support.frontend import launch_mock_stack
 from tests.support.http_client import MODEL, RawRequest, Stream, client, post, stream
+from tests.support.requirements import require_module
 from tests.support.stacks import MOCK_STEP_TIME
 from tests.support.waits import wait_for
 
@@ -110,10 +110,8 @@ CONVERSATIONS = {
 
 
 def _hf_tokenizer():
-    if importlib.util.find_spec("transformers") is None:
-        pytest.skip("transformers is not installed (it comes with vLLM)")
-    from transformers import PreTrainedTokenizerFast
-    return PreTrainedTokenizerFast(tokenizer_object=__import__("tokenizers").Tokenizer.from_str(
+    transformers = require_module("transformers", "it comes with vLLM")
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=__import__("tokenizers").Tokenizer.from_str(
         '{"version":"1.0","model":{"type":"WordLevel","vocab":{"<unk>":0},"unk_token":"<unk>"}}'),
         bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
 

@@ -37,6 +37,7 @@ from protocol.wire import (
 )
 from tests.support.mock_engine import IDENTITY, free_port, make_request, spawn_mock
 from tests.support.mock_ranks import ClusterHarness
+from tests.support.requirements import require_vllm
 
 STOP, LENGTH, ABORT, ERROR, REPETITION = FinishReason
 EOS = 2  # the mock's default --eos-token-id
@@ -335,8 +336,8 @@ def test_first_output_carries_prefill_stats_and_events(mock_engine):
     assert h.messages[-1].scheduler_stats["num_running_reqs"] == 0
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed")
 def test_scheduler_stats_fields_match_vllm_source(mock_engine):
+    require_vllm()
     path = Path(importlib.util.find_spec("vllm").origin).parent / "v1/metrics/stats.py"
     classes = {n.name: n for n in ast.parse(path.read_text()).body
                if isinstance(n, ast.ClassDef)}
@@ -956,9 +957,8 @@ def vllm_frontend_on_mock(tiny_model_dir, tmp_path):
            "VLLM_NO_USAGE_STATS": "1",
            # Its periodic stats logger reads scheduler_stats: make it run during the test.
            "VLLM_LOG_STATS_INTERVAL": "0.2"}
+    require_vllm()
     vllm = Path(sys.executable).with_name("vllm")
-    if not vllm.exists():
-        pytest.skip("vLLM is not installed in this environment")
     cmd = [str(vllm), "serve", str(tiny_model_dir), "--data-parallel-size", "1",
            "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
            "--data-parallel-rpc-port", str(rpc_port), "--host", "127.0.0.1",
