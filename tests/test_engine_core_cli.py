@@ -180,7 +180,7 @@ def test_sigterm_is_forwarded_and_leftovers_are_killed():
     try:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 3
-        wait_for(lambda: not _running(grandchild), 5, message="the grandchild is left")
+        wait_for(lambda: not _running(grandchild), 30, message="the grandchild is left")
     finally:
         proc.kill()
 
@@ -195,7 +195,7 @@ def test_second_signal_kills_the_group():
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 128 + signal.SIGKILL
-        wait_for(lambda: not _running(grandchild), 5, message="the grandchild is left")
+        wait_for(lambda: not _running(grandchild), 30, message="the grandchild is left")
     finally:
         proc.kill()
 
@@ -208,7 +208,7 @@ def test_requested_stop_exits_0(handler):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
         assert DIED not in proc.stderr.read()
-        wait_for(lambda: not _running(grandchild), 5, message="the grandchild is left")
+        wait_for(lambda: not _running(grandchild), 30, message="the grandchild is left")
     finally:
         proc.kill()
 

@@ -134,7 +134,7 @@ def test_new_engine_on_the_same_address_is_attached(mock_stack):
     url = mock_stack.url
     mock_stack.control().crash()
     assert mock_stack.engine.wait(10) == 1
-    wait_for(lambda: get(url, "/health").status == 503, 5)
+    wait_for(lambda: get(url, "/health").status == 503, 30)
     mock_stack.start_engine()  # says HELLO at the frontend's handshake address
     wait_for(lambda: get(url, "/health").status == 200, 60,
              message="frontend did not re-attach to the new engine")
@@ -243,7 +243,7 @@ def test_engine_initiated_abort_reports_abort(mock_stack):
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(post, url, "/v1/completions", long_body(), timeout=30)
         streaming = start_stream(url, long_body(prompt="Hello"))
-        wait_for(lambda: control.stats()["running"] == 4, 5)
+        wait_for(lambda: control.stats()["running"] == 4, 30)
         assert control.abort_all() == 4
         reply = pending.result(timeout=10)
         raw = streaming.read_all(timeout=10)

@@ -141,14 +141,14 @@ def test_metrics_gauges_while_streaming_and_disconnects(start_ops_stack):
                 samples, _, _ = await _scrape(s, stack.url)
                 return metric(samples, name, **labels) == value
 
-            await wait_for_async(lambda: shows("vllm:num_requests_running", 3, **VLLM), 5,
+            await wait_for_async(lambda: shows("vllm:num_requests_running", 3, **VLLM), 30,
                                  message="scheduler stats never showed 3 running")
             assert metric(samples, "vllm_frontend_open_streams") == 1
             assert metric(samples, "vllm_frontend_requests_in_flight") == 1
             assert metric(samples, "vllm_frontend_fanout_entries") == 3
             assert metric(samples, "vllm:kv_cache_usage_perc", **VLLM) > 0
             r.close()  # the client goes away mid-stream
-            await wait_for_async(lambda: shows("vllm_frontend_open_streams", 0), 5,
+            await wait_for_async(lambda: shows("vllm_frontend_open_streams", 0), 30,
                                  message="the stream stayed open")
             return samples
 
@@ -158,7 +158,7 @@ def test_metrics_gauges_while_streaming_and_disconnects(start_ops_stack):
                   status="499") == 1
     stats = stack.wait_engine_idle()
     assert stats["aborted"] == 3
-    wait_for(lambda: metric(scrape(stack.url), "vllm_frontend_engine_aborts_total") == 3, 5,
+    wait_for(lambda: metric(scrape(stack.url), "vllm_frontend_engine_aborts_total") == 3, 30,
              message="the frontend did not count 3 aborts")
     samples = scrape(stack.url)
     # Client-aborted requests are not successes (as in vLLM).
