@@ -241,6 +241,7 @@ def test_vllm_merges_no_steps_when_it_keeps_up(vllm_servers, ours, tokenizer):
     ours is. On its own: a tool-call case and a reasoning case."""
     server, their_control = vllm_servers
     for config in SLOW_CHECK_CONFIGS:
+        their_url = server.url(config)  # (the mock answers control calls once attached)
         case = next(case for name, case in RUNS if name == config and case.eos)
         ids = tokenizer.encode(case.text, add_special_tokens=False).ids
         script = {"output_token_ids": ids, "finish": "stop"}
@@ -250,8 +251,7 @@ def test_vllm_merges_no_steps_when_it_keeps_up(vllm_servers, ours, tokenizer):
         body = body_of(case, len(ids) + 1, stream=True)
         answer = our_stream(stack.url, body)
         try:
-            theirs = their_stream(server.url(config), their_control, body,
-                                  STREAM_STEP_TIMES[-1])
+            theirs = their_stream(their_url, their_control, body, STREAM_STEP_TIMES[-1])
         finally:
             their_control.configure(step_time=float(STEP_TIME))
         assert not vllm_merged(answer, theirs), theirs

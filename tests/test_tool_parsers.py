@@ -528,7 +528,8 @@ def test_special_tokens_are_transformers(tiny_model_dir, tmp_path, extra):
 # (vLLM rejects structured outputs with a named tool: no "json" with NAMED)
 @pytest.mark.parametrize("tool_choice, own", [
     (tool_choice, own) for own in ("json", "structural_tag", "response_format")
-    for tool_choice in ("auto", "required", NAMED) if not (own == "json" and tool_choice == NAMED)])
+    for tool_choice in ("auto", "required", NAMED)
+    if not (own == "json" and tool_choice == NAMED)])
 def test_adjust_request_with_the_requests_own_constraint(differ, parser, tool_choice, own):
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
