@@ -29,13 +29,14 @@ LABELS = ("model_name", "engine")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
+
 def cache_config_labels(ready: "ReadyResponse", num_engines: int) -> dict[str, str]:
     """The labels of ``vllm:cache_config_info`` that this frontend knows.
 
     vLLM's API server labels it with its whole ``CacheConfig``: the engine
     settings from its own command line (``gpu_memory_utilization``,
-    ``cache_dtype``, ...), some of which the engine's platform rewrites, and
-    what it patches in from the engines' ready responses
+    ``cache_dtype``, ...), some rewritten for the host by vLLM's platform
+    code, and what it patches in from the engines' ready responses
     (``core_client._apply_ready_response``). Only the latter reach this
     frontend; a label it was not told is left out rather than guessed.
     Another source of labels (engine flags given to the frontend) merges here.
