@@ -112,7 +112,8 @@ class Server:
                                             slot=client)
         service = (ServiceMetrics(config.metrics_dir, client)
                    if config.metrics_dir is not None else None)
-        self.metrics = Metrics(self.state, self.limits, recorder, service)
+        self.metrics = Metrics(self.state, self.limits, recorder, service,
+                               cache_flags=config.vllm_flags.cache_config())
         self.runner: web.AppRunner | None = None
         self._limits_for: object = object()  # the ReadyResponse _limits was built for
         self._limits: ModelLimits | None = None
@@ -198,7 +199,7 @@ class Server:
         await self.engine.start(timeout=self.config.engine_ready_timeout,
                                 progress=self.notifier.status)
         await self._start_lora()
-        engine_ready_at = time.monotonic()
+        engine_ready_at, engine_ready_cpu = time.monotonic(), time.process_time()
         self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
                                     access_log=None, **listeners.runner_kwargs(self.config.ops))
         await self.runner.setup()
@@ -214,8 +215,9 @@ class Server:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
-        log.info("serving on %s (%.2f s after the engine was ready, %.1f s total)",
-                 where, time.monotonic() - engine_ready_at, time.monotonic() - started)
+        log.info("serving on %s (%.2f s after the engine was ready, of which %.2f s CPU; "
+                 "%.1f s total)", where, time.monotonic() - engine_ready_at,
+                 time.process_time() - engine_ready_cpu, time.monotonic() - started)
         self.notifier.ready(f"serving on {where}")
         if config.shared is not None:
             config.shared.ready[config.client_index] = 1

@@ -5,12 +5,10 @@ Engine-free: the tiny model's tokenizer and the frontend's own parsers.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from frontend.model import load_model_info
-from tests.support.real_engine import skip_or_fail
+from tests.support.requirements import require_tool
 from tools.bench import parser_path
 
 
@@ -66,8 +64,7 @@ def test_unknown_pairs_are_refused(tiny_model_dir):
 def test_instructions_are_counted_inside_the_window_only(tiny_model_dir):
     """Twice the rounds, about twice the instructions: the count is the
     window's, not the start-up's (which is many times larger)."""
-    if not shutil.which("valgrind"):
-        skip_or_fail("valgrind is not installed: the instruction counts need it")
+    require_tool("valgrind", "apt-get install valgrind: the instruction counts need it")
     one = parser_path.instructions_per_token(tiny_model_dir, "+deepseek_r1", 1, 1)
     two = parser_path.instructions_per_token(tiny_model_dir, "+deepseek_r1", 2, 1)
     assert 1.8 < two / one < 2.2, (one, two)

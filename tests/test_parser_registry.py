@@ -20,7 +20,7 @@ from frontend.parsers.reasoning.grammar_based import GrammarReasoningParser
 from frontend.parsers.text_so_far import TextSoFarReasoningParser, TextSoFarToolParser
 from frontend.parsers.tool.base import ToolParser
 from frontend.parsers.tool.grammar_based import GrammarToolParser
-from tests.support.real_engine import require_vllm
+from tests.support.requirements import require_vllm
 
 PARSERS = pathlib.Path(registry.__file__).parent
 KINDS = {
