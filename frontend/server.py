@@ -36,6 +36,7 @@ from frontend.ops.service_metrics import ServiceMetrics
 from frontend.ops.stats import EngineMetrics, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
 from frontend.parsers import ChatParsers
+from frontend.pooling.model import engine_tasks
 from frontend.render import Renderer
 from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
@@ -114,6 +115,7 @@ class Server:
         self._limits: ModelLimits | None = None
         self._stopped = asyncio.Event()
         self._lora_restore: asyncio.Task | None = None
+        self.pooling = None  # what the engine's tasks serve (frontend/pooling/model.py)
 
     # ------------------------------------------------------------ engine events
     def _on_outputs(self, batch: list) -> None:
@@ -148,7 +150,8 @@ class Server:
 
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
-        routes = [*openai_routes(self.state), Route("GET", "/metrics", self.metrics.handle)]
+        routes = [*openai_routes(self.state, self.pooling),
+                  Route("GET", "/metrics", self.metrics.handle)]
         return [*routes, openapi.route(routes)]
 
     def make_app(self) -> web.Application:
@@ -194,6 +197,7 @@ class Server:
         await self.engine.start(timeout=self.config.engine_ready_timeout,
                                 progress=self.notifier.status)
         await self._start_lora()
+        self.pooling = await engine_tasks(self.state)
         engine_ready_at = time.monotonic()
         self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
                                     access_log=None, **listeners.runner_kwargs(self.config.ops))

@@ -26,7 +26,7 @@ LAYERS = [
      "frontend.grammars", "frontend.structured_outputs", "frontend.parsers",
      "frontend.lora"),
     ("frontend.state",),
-    ("frontend.openai",),
+    ("frontend.openai", "frontend.pooling"),
     ("frontend.ops",),
     ("frontend.supervisor", "frontend.server"),
     ("frontend.cli",),
