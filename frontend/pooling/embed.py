@@ -38,7 +38,7 @@ from protocol.pooling import PoolingParams
 async def create_embedding(state: AppState, model: PoolingModel,
                            request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, EmbeddingRequest)
-    inputs = checked_inputs(state, req, allow_batched_chat=True)
+    inputs = checked_inputs(state, req, embeddings=True)
     served, response_model = served_model(state, req.model)
     check_truncation(req.truncate_prompt_tokens, state.max_model_len)
     arrival = time.monotonic()
@@ -56,11 +56,11 @@ async def create_embedding(state: AppState, model: PoolingModel,
                          endianness=req.endianness)
 
 
-def checked_inputs(state: AppState, req: InputRequest, *, allow_batched_chat: bool) -> Inputs:
+def checked_inputs(state: AppState, req: InputRequest, *, embeddings: bool) -> Inputs:
     """The checks vLLM's request models run before any handler code, in order."""
     pparams.reject_removed(req.normalize, req.task)
     validate_cache_salt(req.cache_salt)
-    inputs = read_inputs(req, allow_batched_chat=allow_batched_chat)
+    inputs = read_inputs(req, embeddings=embeddings)
     if inputs.conversations is not None:
         check_chat_options(req)
     for name, value in (("mm_processor_kwargs", req.mm_processor_kwargs),
@@ -91,7 +91,7 @@ async def create_cohere_embedding(state: AppState, model: PoolingModel,
     proxy.input, proxy.messages = cohere_inputs(model, req, has_chat_template=(
         state.renderer.template is not None))
     arrival = time.monotonic()
-    token_lists = await render(state, model, proxy, read_inputs(proxy, allow_batched_chat=True))
+    token_lists = await render(state, model, proxy, read_inputs(proxy, embeddings=True))
     if req.truncate == "NONE" and req.max_tokens is not None:
         for ids in token_lists:
             if len(ids) > req.max_tokens:

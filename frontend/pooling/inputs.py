@@ -66,19 +66,19 @@ def split_prompts(value: Any, field: str = "input") -> list[str | list[int]]:
                        f"body.{field}.{first_bad}")
 
 
-def read_inputs(req: InputRequest, *, allow_batched_chat: bool) -> Inputs:
-    """vLLM's union of request forms: completion (``input``), one conversation
-    (``messages``, or ``input`` made of messages) or, for embeddings, a batch
-    of conversations."""
+def read_inputs(req: InputRequest, *, embeddings: bool) -> Inputs:
+    """vLLM's union of request forms: completion (``input``) or one conversation
+    (``messages``); embeddings also take conversations as ``input`` and
+    batches of conversations."""
     messages = req.messages
-    if messages is None and (_is_conversation(req.input) or (
-            allow_batched_chat and isinstance(req.input, list) and req.input
+    if messages is None and embeddings and (_is_conversation(req.input) or (
+            isinstance(req.input, list) and req.input
             and all(_is_conversation(c) for c in req.input))):
         messages = req.input
     if messages is not None:
         if not isinstance(messages, list):
             raise schema_error("Input should be a valid list", "body.messages")
-        if allow_batched_chat and messages and all(isinstance(c, list) for c in messages):
+        if embeddings and messages and all(isinstance(c, list) for c in messages):
             if not all(c for c in messages):
                 raise schema_error("List should have at least 1 item after validation",
                                    "body.messages")

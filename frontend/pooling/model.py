@@ -22,7 +22,7 @@ from frontend.state import AppState
 log = logging.getLogger("frontend.pooling")
 
 GENERATION_TASKS = ("generate", "transcription", "realtime")
-FALLBACK_TASKS = ("generate",)
+FALLBACK_TASKS = ["generate"]
 POOLING_TASKS = ("embed", "classify", "token_embed", "token_classify", "plugin",
                  "embed&token_classify")
 # vLLM's get_pooling_task: the first supported one.
@@ -44,7 +44,7 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
 
 @dataclass
 class PoolingModel:
-    tasks: tuple[str, ...]
+    tasks: list[str]  # as the engine sent them (vLLM's messages show this list)
     pooling_task: str | None
     architecture: str = ""
     id2label: dict[int, str] = field(default_factory=dict)
@@ -81,7 +81,7 @@ class PoolingModel:
         return SCORE_TYPES.get(self.pooling_task or "") if self.scoring else None
 
 
-def pooling_task(tasks: tuple[str, ...], architectures: list[str]) -> str | None:
+def pooling_task(tasks: list[str], architectures: list[str]) -> str | None:
     """vLLM's ModelConfig.get_pooling_task (no --pooler-config task here)."""
     if "token_classify" in tasks and any("ForTokenClassification" in a for a in architectures):
         return "token_classify"
@@ -90,7 +90,7 @@ def pooling_task(tasks: tuple[str, ...], architectures: list[str]) -> str | None
 
 def load_pooling_model(model: ModelInfo, tasks: list[str] | tuple[str, ...]) -> PoolingModel:
     """The model's pooling facts, given the tasks its engine reported."""
-    tasks = tuple(str(t) for t in tasks)
+    tasks = [str(t) for t in tasks]
     path = pathlib.Path(model.path)
     config = _read_json(path / "config.json")
     architectures = [str(a) for a in config.get("architectures") or []]

@@ -5,6 +5,7 @@ requests a body asks for (admission control counts them as choices)."""
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Callable
 
 import msgspec
@@ -13,6 +14,8 @@ from frontend.pooling import classify, embed, schemas
 from frontend.pooling.model import PoolingModel
 from frontend.pooling.score import Scorer
 from frontend.state import AppState
+
+log = logging.getLogger("frontend.pooling")
 
 # (method, path, handler, count_choices, body struct)
 RouteSpec = tuple[str, str, Callable, Callable[[bytes], int], type]
@@ -35,7 +38,10 @@ def pooling_routes(state: AppState, model: PoolingModel) -> list[RouteSpec]:
              schemas.EmbeddingRequest),
             ("POST", "/v2/embed", bind(embed.create_cohere_embedding),
              _count("texts", "inputs"), schemas.CohereEmbedRequest)]
-    if model.scoring:
+    if model.scoring and model.score_type not in ("bi-encoder", "cross-encoder"):
+        log.warning("%s scoring (late interaction) is not implemented: no /score or /rerank",
+                    model.score_type)
+    elif model.scoring:
         scorer = Scorer(state, model)
         both = model.score_type == "bi-encoder"  # queries are engine requests too
         score_count = _count_pairs(("queries", "data_1", "text_1"),
