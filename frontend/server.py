@@ -37,6 +37,7 @@ from frontend.ops.stats import EngineMetrics, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
 from frontend.parsers import ChatParsers
 from frontend.pooling.model import engine_tasks
+from frontend.pooling.routes import pooling_routes
 from frontend.render import Renderer
 from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
@@ -150,7 +151,9 @@ class Server:
 
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
-        routes = [*openai_routes(self.state, self.pooling),
+        pooling = self.pooling
+        routes = [*openai_routes(self.state, generation=pooling is None or pooling.generates),
+                  *(pooling_routes(self.state, pooling) if pooling is not None else ()),
                   Route("GET", "/metrics", self.metrics.handle)]
         return [*routes, openapi.route(routes)]
 

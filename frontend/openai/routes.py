@@ -14,8 +14,6 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from frontend.openai import adapters, chat, completions, generate, misc
-from frontend.pooling.model import PoolingModel
-from frontend.pooling.routes import pooling_routes
 from frontend.state import AppState
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -33,14 +31,14 @@ class Route:
     body: type | None = None
 
 
-def openai_routes(state: AppState, pooling: PoolingModel | None = None) -> list[Route]:
-    """Every route of a model whose engine has the tasks ``pooling`` names
-    (None: a generative model): generation routes, pooling routes, or both."""
+def openai_routes(state: AppState, generation: bool = True) -> list[Route]:
+    """The generation routes (unless the engine does not generate: a pooling
+    model, whose routes frontend/pooling adds) and those of every model."""
     def bind(handler) -> Handler:
         return functools.partial(handler, state)
 
     routes = []
-    if pooling is None or pooling.generates:
+    if generation:
         routes += [
             Route("POST", "/v1/completions", bind(completions.create_completion),
                   completions.count_choices, completions.CompletionRequest),
@@ -48,8 +46,6 @@ def openai_routes(state: AppState, pooling: PoolingModel | None = None) -> list[
                   chat.count_choices, chat.ChatCompletionRequest),
             Route("POST", "/inference/v1/generate", bind(generate.create_generate),
                   generate.count_choices, generate.GenerateRequest)]
-    if pooling is not None:
-        routes += [Route(*spec) for spec in pooling_routes(state, pooling)]
     routes += [
         Route("GET", "/v1/models", bind(misc.list_models)),
         Route("GET", "/health", bind(misc.health)),

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import msgspec
 
+from frontend.openai.routes import Route
 from frontend.pooling import classify, embed, schemas
 from frontend.pooling.model import PoolingModel
 from frontend.pooling.score import Scorer
@@ -17,15 +18,12 @@ from frontend.state import AppState
 
 log = logging.getLogger("frontend.pooling")
 
-# (method, path, handler, count_choices, body struct)
-RouteSpec = tuple[str, str, Callable, Callable[[bytes], int], type]
 
-
-def pooling_routes(state: AppState, model: PoolingModel) -> list[RouteSpec]:
+def pooling_routes(state: AppState, model: PoolingModel) -> list[Route]:
     def bind(handler) -> Callable:
         return functools.partial(handler, state, model)
 
-    routes: list[RouteSpec] = []
+    routes: list[tuple] = []
     if model.pooling_task is not None:
         routes.append(("POST", "/pooling", bind(classify.create_pooling), _count("input"),
                        schemas.PoolingRequest))
@@ -51,7 +49,7 @@ def pooling_routes(state: AppState, model: PoolingModel) -> list[RouteSpec]:
             routes.append(("POST", path, scorer.score, score_count, schemas.ScoreRequest))
         for path in ("/rerank", "/v1/rerank", "/v2/rerank"):
             routes.append(("POST", path, scorer.rerank, rerank_count, schemas.RerankRequest))
-    return routes
+    return [Route(*spec) for spec in routes]
 
 
 _skeleton = msgspec.json.Decoder(dict[str, msgspec.Raw])
