@@ -48,20 +48,17 @@ class PairTokenizer:
     def encode(self, text: str, pair: str | None, *, max_length: int | None,
                strategy: str = "longest_first", side: str = "right",
                add_special_tokens: bool = True) -> tuple[list[int], list[int]]:
-        """(input_ids, token_type_ids) of ``tokenizer(text, pair, truncation=...)``."""
+        """(input_ids, token_type_ids) of ``tokenizer(text, pair, truncation=...)``
+        (transformers encodes an empty ``pair`` as no pair)."""
+        pair = pair or None
         with self._lock:
-            if max_length is None:
-                self._tok.no_truncation()
-            else:
-                try:
+            try:
+                if max_length is not None:
                     self._tok.enable_truncation(max_length, strategy=strategy,
                                                 direction=side)
-                except Exception as e:  # tokenizers refuses impossible lengths
-                    raise ApiError(f"Truncation error: {e}") from None
-            try:
                 encoding = self._tok.encode(text, pair, add_special_tokens=add_special_tokens)
-            except Exception as e:
-                raise ApiError(str(e)) from None
+            except Exception as e:  # "Truncation error: ...": vLLM's 500 for it
+                raise ApiError(str(e), 500, "InternalServerError") from None
             finally:
                 self._tok.no_truncation()
         return encoding.ids, encoding.type_ids
