@@ -388,3 +388,41 @@ def test_embedding_model_matches_vllm(embed_servers, shape):
 @pytest.mark.parametrize("shape", CROSS_ENCODER_SHAPES, ids=lambda s: s.id)
 def test_cross_encoder_matches_vllm(cross_encoder_servers, shape):
     assert_same(cross_encoder_servers, shape)
+
+
+# ------------------------------------------------------------------ metrics
+
+def pooling_workload(url: str, cross_encoder: bool) -> None:
+    bodies = ([("/classify", {"input": ["Hello world", "Hi"]}),
+               ("/score", {"queries": QUERY, "documents": DOCS}),
+               ("/rerank", {"query": QUERY, "documents": DOCS[:2]})] if cross_encoder else
+              [("/v1/embeddings", {"input": "Hello world"}),
+               ("/v1/embeddings", {"input": ["a b", "c d e", "f"], "dimensions": 32}),
+               ("/v2/embed", {"texts": ["Hello world"]}),
+               ("/pooling", {"input": [[1, 2, 3]]}),
+               ("/score", {"queries": QUERY, "documents": DOCS[:2]})])
+    for path, body in bodies:
+        status, _, raw = call(url, Shape(path, path, body))
+        assert status == 200, (path, raw[:300])
+
+
+@pytest.mark.parametrize("kind", ["embed", "cross-encoder"])
+def test_metrics_equal_vllm_after_the_same_workload(request, kind):
+    """The families vLLM reports for pooling requests, with what the same
+    workload adds to them (tests/test_parity_metrics.py's rules)."""
+    from tests.test_parity_metrics import added, differences, wait_idle
+
+    pair = request.getfixturevalue("embed_servers" if kind == "embed"
+                                   else "cross_encoder_servers")
+    sides = {}
+    for name, url in (("vllm", pair.vllm.url), ("ours", pair.ours.url)):
+        before = wait_idle(url)
+        pooling_workload(url, kind == "cross-encoder")
+        sides[name] = (before, wait_idle(url))
+    (v_before, theirs), (o_before, ours) = sides["vllm"], sides["ours"]
+    problems = differences(o_before, ours, v_before, theirs)
+    assert not problems, "\n".join(problems)
+    successes = added(o_before.get("vllm:request_success"), ours["vllm:request_success"],
+                      "_total")
+    assert sum(successes.values()) == (2 + 3 + 2 if kind == "cross-encoder" else
+                                       1 + 3 + 1 + 1 + 3)
