@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from frontend.errors import ApiError, from_validation, schema_error
+from frontend.errors import ApiError, schema_error
 from frontend.openai.common import decode_body, request_id_for, validate_cache_salt
 from frontend.pooling import params as pparams
 from frontend.pooling import vectors
@@ -23,6 +23,7 @@ from frontend.pooling.common import json_response, list_response, prompt_tokens,
 from frontend.pooling.inputs import (
     Inputs,
     check_chat_options,
+    check_mm_kwargs,
     check_truncation,
     read_inputs,
     render,
@@ -31,7 +32,6 @@ from frontend.pooling.model import PoolingModel
 from frontend.pooling.run import Batch, pool
 from frontend.pooling.schemas import CohereEmbedRequest, EmbeddingRequest, InputRequest
 from frontend.state import AppState
-from protocol.errors import ValidationError
 from protocol.pooling import PoolingParams
 
 
@@ -63,15 +63,7 @@ def checked_inputs(state: AppState, req: InputRequest, *, embeddings: bool) -> I
     inputs = read_inputs(req, embeddings=embeddings)
     if inputs.conversations is not None:
         check_chat_options(req)
-    for name, value in (("mm_processor_kwargs", req.mm_processor_kwargs),
-                        ("media_io_kwargs", req.media_io_kwargs)):
-        if value:  # vLLM's validate_request_mm_kwargs, without --trust-request-mm-kwargs
-            kind = "multimodal preprocessing" if name == "mm_processor_kwargs" else \
-                "multimodal media loading"
-            raise from_validation(ValidationError(
-                f"Per-request {name} are disabled by default because they can change "
-                f"{kind} resource usage. Start the server with --trust-request-mm-kwargs "
-                "only when clients are trusted.", parameter=name))
+    check_mm_kwargs(req.mm_processor_kwargs, req.media_io_kwargs)
     return inputs
 
 

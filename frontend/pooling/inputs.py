@@ -96,6 +96,18 @@ def check_chat_options(req: InputRequest) -> None:
             "Cannot set both `continue_final_message` and `add_generation_prompt` to True."))
 
 
+def check_mm_kwargs(mm_processor_kwargs: Any, media_io_kwargs: Any = None) -> None:
+    """vLLM's validate_request_mm_kwargs, without --trust-request-mm-kwargs."""
+    for name, value, kind in (
+            ("mm_processor_kwargs", mm_processor_kwargs, "multimodal preprocessing"),
+            ("media_io_kwargs", media_io_kwargs, "multimodal media loading")):
+        if value:
+            raise from_validation(ValidationError(
+                f"Per-request {name} are disabled by default because they can change "
+                f"{kind} resource usage. Start the server with --trust-request-mm-kwargs "
+                "only when clients are trusted.", parameter=name))
+
+
 def check_truncation(truncate: int | None, max_model_len: int) -> None:
     """The field's ``ge=-1``, then ``_validate_request`` (vLLM's pooling message)."""
     if truncate is None:

@@ -11,24 +11,25 @@ Rerank sorts by score (stable) and keeps ``top_n``; documents always come back.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from frontend.errors import ApiError, from_validation, schema_error
+from frontend.errors import ApiError, schema_error
 from frontend.openai.common import decode_body, request_id_for, validate_cache_salt
 from frontend.pooling import params as pparams
 from frontend.pooling import vectors
 from frontend.pooling.common import json_response, served_model, usage
-from frontend.pooling.inputs import check_truncation, pad
+from frontend.pooling.inputs import check_mm_kwargs, check_truncation, pad
 from frontend.pooling.model import PoolingModel
 from frontend.pooling.pairs import PairTokenizer, compress_token_type_ids
 from frontend.pooling.run import Batch, pool
 from frontend.pooling.schemas import RerankRequest, ScoreRequest, ScoringBase
+from frontend.render import OFFLOAD_CHARS
 from frontend.state import AppState
-from protocol.errors import ValidationError
 from protocol.pooling import PoolingParams
 
 # ScoreRequest's union members, in vLLM's order: (first field, second field).
@@ -88,12 +89,7 @@ class Scorer:
         """(response id, model, prompt tokens, one score per pair)."""
         state, model = self.state, self.model
         validate_cache_salt(req.cache_salt)
-        if req.mm_processor_kwargs:
-            raise from_validation(ValidationError(
-                "Per-request mm_processor_kwargs are disabled by default because they can "
-                "change multimodal preprocessing resource usage. Start the server with "
-                "--trust-request-mm-kwargs only when clients are trusted.",
-                parameter="mm_processor_kwargs"))
+        check_mm_kwargs(req.mm_processor_kwargs)
         served, response_model = served_model(state, req.model)
         check_truncation(req.truncate_prompt_tokens, state.max_model_len)
         queries, documents = self._texts(first, second)
@@ -109,7 +105,7 @@ class Scorer:
         if model.score_type == "bi-encoder":
             token_lists, params = await self._bi_encoder_inputs(req, queries, documents)
         else:
-            token_lists, params = self._cross_encoder_inputs(req, queries, documents)
+            token_lists, params = await self._cross_encoder_inputs(req, queries, documents)
         results = await pool(state, request, Batch(
             rid, token_lists, params, served, req.priority, req.cache_salt, arrival))
         num_tokens = sum(len(ids) for ids in token_lists)
@@ -159,11 +155,20 @@ class Scorer:
                                  self.model, self.state.model.name)
         return token_lists, [params] * len(token_lists)
 
-    def _cross_encoder_inputs(self, req: ScoringBase, queries: list[str],
-                              documents: list[str]) -> tuple[list, list]:
-        """One classified pair per document (the query repeated for 1:N)."""
+    async def _cross_encoder_inputs(self, req: ScoringBase, queries: list[str],
+                                    documents: list[str]) -> tuple[list, list]:
+        """One classified pair per document (the query repeated for 1:N);
+        long texts are tokenized in a worker thread."""
         if len(queries) == 1:
             queries = queries * len(documents)
+        size = sum(map(len, queries)) + sum(map(len, documents))
+        if size < OFFLOAD_CHARS:
+            return self._pairs(req, queries, documents)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._pairs, req, queries, documents)
+
+    def _pairs(self, req: ScoringBase, queries: list[str],
+               documents: list[str]) -> tuple[list, list]:
         base = pparams.resolve(PoolingParams(task="classify", use_activation=req.use_activation),
                                self.model, self.state.model.name)
         token_lists, params = [], []
