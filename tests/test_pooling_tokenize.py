@@ -96,3 +96,43 @@ def test_pooling_truncation_keeps_the_start(request, model):
             want = hf(text, truncation=True, max_length=keep,
                       add_special_tokens=special)["input_ids"][:keep]
             assert renderer.encode(text, special, keep) == want, (keep, special)
+
+
+SCORE_TEMPLATE = ("{%- if instruction %}<Instruct>: {{ instruction }}\n{% endif %}"
+                  "<Query>: {{ messages[0]['content'] }}\n"
+                  "<Document>: {{ messages[1]['content'] }}")
+
+
+def test_score_template_renders_as_transformers(tiny_cross_encoder_dir, tmp_path):
+    """``--chat-template`` on a cross-encoder is vLLM's score template: the pair
+    as a "query" and a "document" message, rendered, then tokenized whole."""
+    from types import SimpleNamespace
+
+    from frontend.pooling.model import load_pooling_model
+    from frontend.pooling.schemas import ScoreRequest
+    from frontend.pooling.score import Scorer
+
+    path = tmp_path / "score.jinja"
+    path.write_text(SCORE_TEMPLATE)
+    info = load_pooling_model(load_model_info(str(tiny_cross_encoder_dir)), ["classify"])
+    assert not info.score_template  # the model's own (absent) template is not one
+    model = load_model_info(str(tiny_cross_encoder_dir), chat_template_path=str(path))
+    pooling = load_pooling_model(model, ["token_classify", "classify"])
+    assert pooling.score_template
+    renderer = Renderer(model)
+    renderer.max_model_len = 1024
+    scorer = Scorer(SimpleNamespace(model=model, renderer=renderer, max_model_len=1024),
+                    pooling)
+    hf = AutoTokenizer.from_pretrained(str(tiny_cross_encoder_dir), truncation_side="right")
+    for instruction in (None, "Find cats"):
+        req = ScoreRequest(instruction=instruction)
+        messages = [{"role": "query", "content": "what is this"},
+                    {"role": "document", "content": "A cat sees the dog."}]
+        text = hf.apply_chat_template(messages, chat_template=SCORE_TEMPLATE, tokenize=False,
+                                      **({"instruction": instruction} if instruction else {}))
+        assert scorer._score_prompt(req, "what is this", "A cat sees the dog.") == text
+        want = hf(text, truncation=True, max_length=1025)
+        assert scorer._encode_pair(req, "what is this", "A cat sees the dog.") == \
+            (want["input_ids"], want["token_type_ids"])
+    with pytest.raises(ApiError, match="reserved keys"):
+        scorer._score_prompt(ScoreRequest(chat_template_kwargs={"tools": []}), "a", "b")

@@ -56,6 +56,9 @@ class PoolingModel:
     use_sep_token: bool = True
     task_instructions: dict[str, str] | None = None
     pad_token_id: int | None = None
+    # --chat-template, which vLLM applies to query/document pairs (a score
+    # template, e.g. Qwen3-Reranker's); the tokenizer's own template is not.
+    score_template: bool = False
 
     @property
     def generates(self) -> bool:
@@ -122,7 +125,21 @@ def load_pooling_model(model: ModelInfo, tasks: list[str] | tuple[str, ...]) -> 
         task_instructions=({str(k): v for k, v in instructions.items() if isinstance(v, str)}
                            if instructions else None),
         pad_token_id=model.tokenizer.token_to_id(pad) if isinstance(pad, str) else None,
+        score_template=model.chat_template is not None
+        and model.chat_template != _own_chat_template(path, model.tokenizer_config),
     )
+
+
+def _own_chat_template(path: pathlib.Path, tokenizer_config: dict[str, Any]) -> Any:
+    """The model's own template (what the frontend reads without --chat-template)."""
+    jinja = path / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    template = tokenizer_config.get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template
 
 
 async def engine_tasks(state: AppState) -> PoolingModel:

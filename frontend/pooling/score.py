@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from frontend.errors import ApiError, schema_error
+from frontend.chat_template import ChatTemplateError
+from frontend.errors import ApiError, from_validation, schema_error
 from frontend.openai.common import decode_body, request_id_for, validate_cache_salt
 from frontend.pooling import params as pparams
 from frontend.pooling import vectors
@@ -195,7 +196,10 @@ class Scorer:
         # get_encode_kwargs: with an explicit side the tokenizer does not truncate.
         max_length = None if (side is not None and truncate is not None) else (
             keep if keep is not None else max_model_len + 1)
-        if self.model.use_sep_token:
+        if self.model.score_template:
+            ids, types = self.pairs.encode(self._score_prompt(req, query, document), None,
+                                           max_length=max_length)
+        elif self.model.use_sep_token:
             strategy = "longest_first"
             if req.max_tokens_per_doc > 0:
                 query_len = len(self.state.model.encode(query, add_special_tokens=False))
@@ -217,6 +221,32 @@ class Scorer:
             types = types + [types[-1] if types else 0] * fill if types else types
         self.state.renderer.check_tokens(ids)
         return ids, types
+
+    def _score_prompt(self, req: ScoringBase, query: str, document: str) -> str:
+        """The score template applied to the pair (vLLM: safe_apply_chat_template
+        with a "query" and a "document" message, no generation prompt)."""
+        template = self.state.renderer.template
+        try:
+            return template.render([{"role": "query", "content": query},
+                                    {"role": "document", "content": document}],
+                                   add_generation_prompt=False, kwargs=_template_kwargs(req))
+        except ChatTemplateError as e:
+            raise from_validation(e) from None
+
+
+RESERVED_TEMPLATE_KWARGS = {"chat_template", "tools", "tokenize"}
+
+
+def _template_kwargs(req: ScoringBase) -> dict[str, Any]:
+    """chat_template_kwargs with ``instruction`` folded in (theirs win)."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    if req.instruction is not None:
+        kwargs.setdefault("instruction", req.instruction)
+    reserved = RESERVED_TEMPLATE_KWARGS & kwargs.keys()
+    if reserved:
+        raise ApiError("chat_template_kwargs contains reserved keys that conflict with fixed "
+                       f"scorer arguments: {reserved}")
+    return kwargs
 
 
 def _score_pair(req: ScoreRequest) -> tuple[Any, Any]:
