@@ -256,3 +256,44 @@ def test_pooling_requests_are_counted_like_vllms(embed):
     assert delta("vllm:request_prompt_tokens", "_sum") == body["usage"]["prompt_tokens"]
     assert delta("vllm:prompt_tokens", "_total") == body["usage"]["prompt_tokens"]
     assert delta("vllm:generation_tokens", "_total") == 0
+
+
+# ------------------------------------------------------------------ vLLM on the mock
+
+class _MockAsEngine:
+    """What tests.support.vllm_frontend.VllmFrontend reads of its engine."""
+
+    def __init__(self, addr: str, proc, log_path) -> None:
+        self.handshake_addr, self.proc, self.log_path = addr, proc, log_path
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.mark.vllm_frontend
+def test_vllms_server_pools_on_the_mock_as_ours_does(embed, tiny_embed_model_dir, tmp_path):
+    """vLLM's own API server takes the mock's pooling outputs (its tasks, its
+    tensors inline and out of band) and answers what ours answers."""
+    from tests.support.mock_engine import free_port, spawn_mock
+    from tests.support.vllm_frontend import VllmFrontend
+    from tests.test_pooling_parity import compare
+
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    mock, _ = spawn_mock(addr, tmp_path / "mock.log", "--model", str(tiny_embed_model_dir),
+                         *EMBED)
+    vllm = VllmFrontend(_MockAsEngine(addr, mock, tmp_path / "mock.log"), tiny_embed_model_dir,
+                        tmp_path / "vllm.log", "--runner", "pooling", "--convert", "embed")
+    try:
+        for path, body in (("/v1/embeddings", {"input": ["Hello world", "Hi"]}),
+                           ("/v1/embeddings", {"input": "Hello", "dimensions": 16}),
+                           ("/v1/embeddings", {"input": "Hello", "use_activation": False}),
+                           ("/pooling", {"input": [[1, 2, 3]]}),
+                           ("/score", {"queries": "a", "documents": ["b", "c"]}),
+                           ("/rerank", {"query": "a", "documents": ["b", "c", "d"]})):
+            status, theirs = post(vllm.url, path, body)
+            assert status == 200, theirs
+            assert compare(post(embed.url, path, body)[1], theirs) == [], (path, body)
+    finally:
+        vllm.stop()
+        mock.kill()
+        mock.wait()
