@@ -165,26 +165,23 @@ def section(results: dict[str, Any], json_name: str, png_name: str) -> list[str]
 
 
 def plot(results: dict[str, Any], png: Path) -> None:
+    """One row per point: requests/s and frontend CPU per request, side by side."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     med = summary(results)
-    names = list(med)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, title in ((axes[0], "req_s", "requests/s (higher is better)"),
-                           (axes[1], "frontend_cpu_ms_per_req",
-                            "frontend CPU ms per request (lower is better)")):
-        width = 0.38
-        for j, fe in enumerate(FRONTENDS):
-            values = [med[n].get(fe, {}).get(key, 0.0) for n in names]
-            bars = ax.bar([i + (j - 0.5) * width for i in range(len(names))], values, width,
-                          label=LABEL[fe])
-            ax.bar_label(bars, fmt="%.3g", fontsize=8)
-        ax.set_xticks(range(len(names)), names)
-        ax.set_title(title)
-        ax.legend()
-    fig.suptitle("/v1/embeddings on the mock engine, 64 clients")
+    fig, axes = plt.subplots(len(med), 2, figsize=(9, 3.2 * len(med)), squeeze=False)
+    for row, (point, fes) in zip(axes, med.items()):
+        for ax, key, title in ((row[0], "req_s", "requests/s (higher is better)"),
+                               (row[1], "frontend_cpu_ms_per_req",
+                                "frontend CPU ms/request (lower is better)")):
+            names = [fe for fe in FRONTENDS if fe in fes]
+            bars = ax.bar([LABEL[fe] for fe in names], [fes[fe][key] for fe in names],
+                          color=["tab:blue", "tab:orange"][:len(names)])
+            ax.bar_label(bars, fmt="%.3g")
+            ax.set_title(f"{point}: {title}", fontsize=10)
+    fig.suptitle("/v1/embeddings on the mock engine (medians)")
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
