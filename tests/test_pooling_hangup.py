@@ -1,8 +1,8 @@
 """A client that leaves a 256-input embeddings batch on the real engine.
 
 Every input is one engine request. The client sends 256 inputs of 1024 tokens
-(seconds of work for the CPU engine), waits until all 256 are in the fan-out
-table, and hangs up before the answer comes. Afterwards every one of the 256 engine requests has
+(about a second of work for the CPU engine), waits until they are in the
+fan-out table, and hangs up before the answer comes. Afterwards every one of the 256 engine requests has
 either finished or been aborted (``vllm:request_success_total`` and
 ``vllm_frontend_engine_aborts_total`` add up to 256; vLLM does not count
 requests whose client left as successes), the table is empty and the engine
@@ -45,7 +45,9 @@ def test_client_leaving_a_batch_aborts_what_has_not_finished(embed_servers):
     try:
         sock.sendall(f"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: "
                      f"application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-        wait_for(lambda: ours.debug_state()["table"] == INPUTS, 30,
+        # Leave as soon as the batch is in the table (on a fast engine some
+        # inputs may have finished by then).
+        wait_for(lambda: ours.debug_state()["table"] > 0, 30, interval=0.005,
                  message="the batch never reached the fan-out table")
         sock.setblocking(False)
         try:
