@@ -34,7 +34,7 @@ NO_PLUGIN = ("No IOProcessor plugin installed. Please refer to the documentation
 async def create_classify(state: AppState, model: PoolingModel,
                           request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, ClassificationRequest)
-    inputs = checked_inputs(state, req, embeddings=False)
+    inputs = checked_inputs(req, embeddings=False)
     served, response_model = served_model(state, req.model)
     check_truncation(req.truncate_prompt_tokens, state.max_model_len)
     arrival = time.monotonic()
@@ -60,7 +60,7 @@ async def create_pooling(state: AppState, model: PoolingModel,
                          request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, PoolingRequest)
     task = pooling_task(req, model)  # before anything else, as vLLM's get_io_processor
-    inputs = checked_inputs(state, req, embeddings=False)
+    inputs = checked_inputs(req, embeddings=False)
     served, response_model = served_model(state, req.model)
     check_truncation(req.truncate_prompt_tokens, state.max_model_len)
     arrival = time.monotonic()

@@ -38,7 +38,7 @@ from protocol.pooling import PoolingParams
 async def create_embedding(state: AppState, model: PoolingModel,
                            request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, EmbeddingRequest)
-    inputs = checked_inputs(state, req, embeddings=True)
+    inputs = checked_inputs(req, embeddings=True)
     served, response_model = served_model(state, req.model)
     check_truncation(req.truncate_prompt_tokens, state.max_model_len)
     arrival = time.monotonic()
@@ -56,7 +56,7 @@ async def create_embedding(state: AppState, model: PoolingModel,
                          endianness=req.endianness)
 
 
-def checked_inputs(state: AppState, req: InputRequest, *, embeddings: bool) -> Inputs:
+def checked_inputs(req: InputRequest, *, embeddings: bool) -> Inputs:
     """The checks vLLM's request models run before any handler code, in order."""
     pparams.reject_removed(req.normalize, req.task)
     validate_cache_salt(req.cache_salt)
@@ -76,7 +76,7 @@ async def create_cohere_embedding(state: AppState, model: PoolingModel,
     if len(given) != 1 or not given[0]:
         raise schema_error("Value error, Exactly one of texts, images, or inputs must be "
                            "provided, and it must be non-empty", "body")
-    served, response_model = served_model(state, req.model)
+    served, _ = served_model(state, req.model)  # (Cohere's answer names no model)
     truncate, side = cohere_truncation(req)
     proxy = EmbeddingRequest(model=req.model, truncate_prompt_tokens=truncate,
                              truncation_side=side, priority=req.priority)
