@@ -16,7 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from frontend.errors import ApiError, schema_error
-from frontend.openai.common import decode_body, request_id_for, validate_cache_salt
+from frontend.openai.common import decode_body, request_id_for
+from frontend.openai.validators import check_cache_salt
 from frontend.pooling import params as pparams
 from frontend.pooling import vectors
 from frontend.pooling.common import json_response, list_response, prompt_tokens, served_model
@@ -59,7 +60,7 @@ async def create_embedding(state: AppState, model: PoolingModel,
 def checked_inputs(req: InputRequest, *, embeddings: bool) -> Inputs:
     """The checks vLLM's request models run before any handler code, in order."""
     pparams.reject_removed(req.normalize, req.task)
-    validate_cache_salt(req.cache_salt)
+    check_cache_salt(req.cache_salt)
     inputs = read_inputs(req, embeddings=embeddings)
     if inputs.conversations is not None:
         check_chat_options(req)

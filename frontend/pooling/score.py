@@ -20,7 +20,8 @@ from aiohttp import web
 
 from frontend.chat_template import ChatTemplateError
 from frontend.errors import ApiError, from_validation, schema_error
-from frontend.openai.common import decode_body, request_id_for, validate_cache_salt
+from frontend.openai.common import decode_body, request_id_for
+from frontend.openai.validators import check_cache_salt
 from frontend.pooling import params as pparams
 from frontend.pooling import vectors
 from frontend.pooling.common import json_response, served_model, usage
@@ -89,7 +90,7 @@ class Scorer:
                    second: Any) -> tuple[str, str, int, list[float]]:
         """(response id, model, prompt tokens, one score per pair)."""
         state, model = self.state, self.model
-        validate_cache_salt(req.cache_salt)
+        check_cache_salt(req.cache_salt)
         check_mm_kwargs(req.mm_processor_kwargs)
         served, response_model = served_model(state, req.model)
         check_truncation(req.truncate_prompt_tokens, state.max_model_len)

@@ -31,8 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-import msgspec
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from frontend import structured_outputs as so  # noqa: E402
@@ -42,7 +40,7 @@ from frontend.openai import tooling  # noqa: E402
 from frontend.openai.chat import ChatCompletionRequest, ChatView  # noqa: E402
 from frontend.openai.completions import CompletionRequest, CompletionView  # noqa: E402
 from frontend.openai.sampling import build_sampling_params  # noqa: E402
-from frontend.ops.stats import EngineMetrics  # noqa: E402
+from frontend.ops.stats_recorder import StatsRecorder  # noqa: E402
 from frontend.render import RenderedChat, Renderer  # noqa: E402
 from frontend.state import AppState, ServingConfig  # noqa: E402
 from protocol import wire  # noqa: E402
@@ -96,7 +94,7 @@ def make_state(model, max_model_len: int = 4096, observer=None) -> AppState:
 
 
 def setup(model, prompts: list[str], streams: int, max_tokens: int, route: str = "completions"):
-    state = make_state(model, observer=EngineMetrics(lambda: 4096))
+    state = make_state(model, observer=StatsRecorder(lambda: 4096))
     table = state.table
     sent = [0]
 
@@ -120,9 +118,8 @@ def setup(model, prompts: list[str], streams: int, max_tokens: int, route: str =
                                     temperature=0.0, stream=True, ignore_eos=True)
             group = Group(f"cmpl-{i}", stream=True)
         ids = model.encode(prompt)
-        fields = msgspec.structs.asdict(req)
-        fields["logprobs"] = None  # chat's is a flag; no logprobs either way
-        params = build_sampling_params(model, fields, max_tokens=max_tokens, stream=True)
+        params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=max_tokens,
+                                       stream=True)
         choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                                   params=params)
         table.submit(group)
