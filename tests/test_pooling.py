@@ -12,11 +12,13 @@ tests/test_pooling_parity.py.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import struct
 import urllib.error
 import urllib.request
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -270,20 +272,32 @@ class _MockAsEngine:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
+@contextlib.contextmanager
+def vllm_on_mock(model_dir, workdir, mock_args: tuple[str, ...], *serve_args: str):
+    """vLLM's own API server in front of a mock engine serving ``model_dir``."""
+    from tests.support.mock_engine import free_port, spawn_mock
+    from tests.support.vllm_frontend import VllmFrontend
+
+    addr = f"tcp://127.0.0.1:{free_port()}"
+    mock, _ = spawn_mock(addr, workdir / "mock.log", "--model", str(model_dir), *mock_args)
+    vllm = VllmFrontend(_MockAsEngine(addr, mock, workdir / "mock.log"), model_dir,
+                        workdir / "vllm.log", *serve_args)
+    try:
+        yield vllm
+    finally:
+        vllm.stop()
+        mock.kill()
+        mock.wait()
+
+
 @pytest.mark.vllm_frontend
 def test_vllms_server_pools_on_the_mock_as_ours_does(embed, tiny_embed_model_dir, tmp_path):
     """vLLM's own API server takes the mock's pooling outputs (its tasks, its
     tensors inline and out of band) and answers what ours answers."""
-    from tests.support.mock_engine import free_port, spawn_mock
-    from tests.support.vllm_frontend import VllmFrontend
     from tests.test_pooling_parity import compare
 
-    addr = f"tcp://127.0.0.1:{free_port()}"
-    mock, _ = spawn_mock(addr, tmp_path / "mock.log", "--model", str(tiny_embed_model_dir),
-                         *EMBED)
-    vllm = VllmFrontend(_MockAsEngine(addr, mock, tmp_path / "mock.log"), tiny_embed_model_dir,
-                        tmp_path / "vllm.log", "--runner", "pooling", "--convert", "embed")
-    try:
+    with vllm_on_mock(tiny_embed_model_dir, tmp_path, EMBED,
+                      "--runner", "pooling", "--convert", "embed") as vllm:
         for path, body in (("/v1/embeddings", {"input": ["Hello world", "Hi"]}),
                            ("/v1/embeddings", {"input": "Hello", "dimensions": 16}),
                            ("/v1/embeddings", {"input": "Hello", "use_activation": False}),
@@ -293,7 +307,60 @@ def test_vllms_server_pools_on_the_mock_as_ours_does(embed, tiny_embed_model_dir
             status, theirs = post(vllm.url, path, body)
             assert status == 200, theirs
             assert compare(post(embed.url, path, body)[1], theirs) == [], (path, body)
+
+
+SCORE_DOCS = ["a cat sees the dog", "the dog", "Hello world, how are you?"]
+SCORE_TEMPLATE_SHAPES = [
+    ("score", "/score", {"queries": "what is this", "documents": SCORE_DOCS}),
+    ("score-n-n", "/score", {"queries": ["what is this", "b"], "documents": SCORE_DOCS[:2],
+                             "use_activation": False}),
+    ("score-instruction", "/score", {"queries": "q", "documents": SCORE_DOCS,
+                                     "instruction": "Find cats"}),
+    ("score-kwargs-win", "/score", {"queries": "q", "documents": ["a"], "instruction": "x",
+                                    "chat_template_kwargs": {"instruction": "Find dogs"}}),
+    ("score-reserved-kwargs", "/score", {"queries": "q", "documents": ["a"],
+                                         "chat_template_kwargs": {"tools": []}}),
+    ("score-truncate", "/score", {"queries": "what is this", "documents": SCORE_DOCS,
+                                  "truncate_prompt_tokens": 5}),
+    ("score-doc-limit", "/score", {"queries": "what is this", "documents": SCORE_DOCS,
+                                   "max_tokens_per_doc": 2}),
+    ("score-query-limit", "/score", {"queries": "what is this thing", "documents": ["a cat"],
+                                     "max_tokens_per_query": 1}),
+    ("score-too-long", "/score", {"queries": "q", "documents": [" ".join(["dog"] * 1100)]}),
+    ("rerank", "/rerank", {"query": "what is this", "documents": SCORE_DOCS, "top_n": 2,
+                           "instruction": "Find cats"}),
+    ("rerank-v2", "/v2/rerank", {"query": "q", "documents": SCORE_DOCS,
+                                 "return_documents": False}),
+    ("classify", "/classify", {"input": ["Hello world", "Hi"]}),
+    ("classify-chat", "/classify", {"messages": [{"role": "user", "content": "Hello"},
+                                                 {"role": "assistant", "content": "Hi"}]}),
+]
+
+
+@pytest.mark.vllm_frontend
+def test_score_template_as_vllms_server(cross_stack, tiny_cross_encoder_dir, tmp_path):
+    """``--chat-template`` on a cross-encoder is a score template: vLLM's server
+    and ours, each on a mock whose answer is a function of the token ids and
+    token types, answer alike (the real BERT without a template is in
+    tests/test_pooling_parity.py)."""
+    from tests.test_pooling_parity import Shape, assert_same
+    from tests.test_pooling_tokenize import SCORE_TEMPLATE
+
+    template = tmp_path / "score.jinja"
+    template.write_text(SCORE_TEMPLATE)
+    ours = launch_mock_stack(tiny_cross_encoder_dir, tmp_path, "--chat-template",
+                             str(template), engine_args=CLASSIFY)
+    try:
+        with vllm_on_mock(tiny_cross_encoder_dir, tmp_path, CLASSIFY, "--runner", "pooling",
+                          "--chat-template", str(template)) as vllm:
+            pair = SimpleNamespace(ours=ours, vllm=vllm)
+            for name, path, body in SCORE_TEMPLATE_SHAPES:
+                assert_same(pair, Shape(name, path, body))
+            # The template made the prompts: without one the same pairs score otherwise.
+            body = SCORE_TEMPLATE_SHAPES[0][2]
+            templated, plain = post(ours.url, "/score", body), post(cross_stack.url, "/score", body)
+            assert templated[0] == plain[0] == 200
+            assert [d["score"] for d in templated[1]["data"]] != \
+                [d["score"] for d in plain[1]["data"]]
     finally:
-        vllm.stop()
-        mock.kill()
-        mock.wait()
+        ours.stop()

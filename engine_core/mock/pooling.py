@@ -4,9 +4,10 @@ As the real engine: ``get_supported_tasks`` reports the model's tasks, an ADD
 with ``pooling_params`` gets one output, in the step that admits it, carrying
 ``pooling_output`` (a float32 tensor: inline under 256 bytes, else an aux
 frame) and finishing with STOP. The values are a deterministic function of the
-prompt: an embedding of the model's hidden size (``dimensions`` keeps the
-first ones), L2-normalized with ``use_activation``; or one logit per label,
-through a sigmoid (one label) or softmax with ``use_activation``.
+prompt and a cross-encoder's token types: an embedding of the model's hidden
+size (``dimensions`` keeps the first ones), L2-normalized with
+``use_activation``; or one logit per label, through a sigmoid (one label) or
+softmax with ``use_activation``.
 """
 
 from __future__ import annotations
@@ -54,14 +55,17 @@ class MockPooler:
                              f"(request {request_id})")
 
     def output(self, prompt: list[int], params: PoolingParams, aux: list[bytes]) -> NDArray:
-        values = self._values(tuple(prompt), params.task, params.dimensions,
+        # A pair's token types change a BERT's answer, so they change the mock's.
+        types = (params.extra_kwargs or {}).get("compressed_token_type_ids")
+        key = tuple(prompt) if types is None else (tuple(prompt), int(types))
+        values = self._values(key, params.task, params.dimensions,
                               params.use_activation is not False)
         return make_array(values, [len(values)], "f", aux, torch_names=True)
 
     @functools.lru_cache(maxsize=4096)  # benchmarks repeat prompts: pooling costs ~nothing
-    def _values(self, prompt: tuple[int, ...], task: str, dimensions: int | None,
+    def _values(self, key: tuple, task: str, dimensions: int | None,
                 activate: bool) -> list[float]:
-        seed = _mix(hash(prompt) & _MASK)
+        seed = _mix(hash(key) & _MASK)  # ints and tuples of them hash alike in every process
         if task in ("classify", "token_classify"):
             logits = [self._value(seed, i) * 4 for i in range(self.num_labels)]
             return _activate(logits) if activate else logits
