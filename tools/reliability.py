@@ -108,8 +108,8 @@ def assemble() -> str:
             stamp = (f"Run {meta['finished']} on code {meta['code']} ({meta['host']}), "
                      f"{meta['seconds']} s, exit status {meta['exit_status']}."
                      if meta else "")
-            parts.append("\n".join([*head, f"What was done: {what_was_done[name]}", "", stamp, "", *rest])
-                         + "\n")
+            what = f"What was done: {what_was_done[name]}"
+            parts.append("\n".join([*head, what, "", stamp, "", *rest]) + "\n")
     parts.append(prose.text("reliability-found"))
     return "\n".join(parts)
 

@@ -6,6 +6,9 @@
 The second (``--suite paced``) renders the "Engine-paced regime" section,
 which ``docs/benchmarks.md`` carries after the frontend-bound results
 (``benchmarks-paced.json`` beside ``benchmarks.json``).
+
+The page's prose is in docs/prose/, the targets in tools/bench/targets.toml;
+this module lays out the page and its tables.
 """
 
 import argparse
@@ -20,6 +23,12 @@ from tools.bench.plot import plot
 from tools.bench.report_paced import paced_section
 from tools.bench.results import (ENGINE_TITLE, FRONTENDS, LABEL, Results, med, or_dash,
                                  repo_relative, spread, tok_per_cpu_s)
+
+
+def targets_section(res: Results) -> list[str]:
+    if "mock" not in res.engines:
+        return ["(no mock-engine results)"]
+    return targets.table("frontend_bound", res)
 
 
 def machine_section(d: dict) -> list[str]:
@@ -203,8 +212,7 @@ def render(json_path: Path, md_path: Path, png_path: Path,
            f"`.venv/bin/python -m tools.bench.report {repo_relative(json_path)}`)."
            f" Raw results: [{rel_json}]({rel_json}).", "",
            "Reproduce:", "", "```", data["command"], "```", "",
-           "## Targets", "", *(targets.table("frontend_bound", res) if "mock" in res.engines
-                                 else ["(no mock-engine results)"]), "",
+           "## Targets", "", *targets_section(res), "",
            f"![throughput and p99 TTFT vs concurrency]({rel_png})", "",
            "## Machine and run", "", *machine_section(data), ""]
     if data.get("rust_skipped"):

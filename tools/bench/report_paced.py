@@ -136,9 +136,9 @@ def paced_ratios(res: Results, data: dict, ref: str, floors: bool) -> list[str]:
         if not floors and not res.by.get(("mock", p, ref)):
             continue
         row = [spread(res.ratios("mock", p, lambda r: r["frontend_cpu_s_per_1k_tok"], ref),
-                       '.3f', rng),
+                      '.3f', rng),
                spread(res.ratios("mock", p, lambda r: r.get("frontend_cpu_ms_per_req"), ref),
-                       '.3f', rng),
+                      '.3f', rng),
                spread(res.ratios("mock", p, lambda r: r["tok_s"], ref), '.2f', rng),
                spread(res.ratios("mock", p, lambda r: r["req_s"], ref), '.2f', rng),
                *([spread(f0, '.2f', rng), spread(fs, '.2f', rng)] if floors else []),
@@ -180,5 +180,3 @@ def paced_section(data: dict, json_path: Path) -> list[str]:
         "### Floor: the trivial server on the frontend's core", "",
         *paced_floor_section(data), "",
         "### Results", "", *paced_results(res, data), ""]
-
-

@@ -88,7 +88,6 @@ def or_dash(v: Any, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-
 def repo_relative(path: Path) -> str:
     root = Path(__file__).resolve().parents[2]
     try:
