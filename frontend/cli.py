@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import re
 import sys
 import tempfile
 
-from frontend import structured_outputs as so
+from frontend import structured as so
 from frontend.engine_client import derive_addresses
 from frontend.lora import parse_lora_modules
 from frontend.hub import HubOptions
@@ -23,6 +22,7 @@ from frontend.parsers import REASONING_PARSERS, TOOL_PARSERS, ChatParsers, Parse
 from frontend.routing import POLICIES
 from frontend.server import Server, ServerConfig
 from frontend.state import ServingConfig
+from frontend.structured.config import json_object
 from frontend.supervisor import WorkerSpec, become_worker
 
 log = logging.getLogger("frontend")
@@ -161,7 +161,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--generation-config", default="auto",
                    help="sampling defaults: auto (the model's generation_config.json), "
                         "vllm (none), or a directory with a generation_config.json")
-    g.add_argument("--override-generation-config", type=_json_object, default={},
+    g.add_argument("--override-generation-config", type=json_object, default={},
                    metavar="JSON",
                    help='sampling defaults over the generation config, e.g. '
                         '\'{"temperature": 0.5}\'')
@@ -169,16 +169,6 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 
 def _optional_str(text: str) -> str | None:
     return None if text in ("", "None") else text
-
-
-def _json_object(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

@@ -85,6 +85,93 @@ def schema_error(message: str, param: str | None = None) -> ApiError:
     return ApiError(f"1 validation error:\n  {message}", 400, "Bad Request", param)
 
 
+# ---------------------------------------------------------------- pydantic's field errors
+# vLLM's request models are pydantic; FastAPI reports a body that does not fit
+# them as a 400 listing each error as pydantic's dict. Routes that check a
+# field by hand build those dicts here, so every one reads the same.
+
+_FIELD_MESSAGES = {
+    "missing": "Field required",
+    "model_attributes_type": "Input should be a valid dictionary or object to extract "
+                             "fields from",
+    "string_type": "Input should be a valid string",
+    "dict_type": "Input should be a valid dictionary",
+    "list_type": "Input should be a valid list",
+    "bool_type": "Input should be a valid boolean",
+    "bool_parsing": "Input should be a valid boolean, unable to interpret input",
+    "literal_error": "Input should be {expected}",
+    "dataclass_type": "Input should be a dictionary or an instance of {class_name}",
+}
+_LAX_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_LAX_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+_MAX_REPORTED = 10  # vLLM's validation-error rendering
+_MAX_INPUT_CHARS = 200
+
+
+def lax_bool(value: Any) -> bool | None:
+    """What pydantic's lax mode reads as a bool (True/False, 0/1 and the usual
+    words in any case); None where a bool field fails (:func:`bool_error`)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.lower()
+        if word in _LAX_TRUE:
+            return True
+        if word in _LAX_FALSE:
+            return False
+    return None
+
+
+def field_error(kind: str, loc: tuple, value: Any, ctx: dict | None = None) -> dict:
+    """One pydantic error: ``kind`` is its type (``missing``, ``string_type``...);
+    ``ctx`` fills its message in, and is shown as pydantic shows it."""
+    error = {"type": kind, "loc": loc, "msg": _FIELD_MESSAGES[kind].format(**(ctx or {})),
+             "input": value}
+    if ctx is not None:
+        error["ctx"] = ctx
+    return error
+
+
+def bool_error(loc: tuple, value: Any) -> dict:
+    return field_error("bool_parsing" if isinstance(value, str) else "bool_type", loc, value)
+
+
+def literal_error(loc: tuple, parent: dict, allowed: tuple[str, ...]) -> dict:
+    """The error for ``parent["type"]`` outside ``allowed`` (missing: "Field required")."""
+    if "type" not in parent:
+        return field_error("missing", loc, parent)
+    quoted = [f"'{a}'" for a in allowed]
+    expected = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    return field_error("literal_error", loc, parent["type"], {"expected": expected})
+
+
+def validation_errors(errors: list[dict]) -> ApiError:
+    """FastAPI's request-validation 400 as vLLM renders it: "N validation errors:"
+    and one line per error (inputs summarised), ``param`` the first error's path."""
+    lines = []
+    for err in errors[:_MAX_REPORTED]:
+        shown = dict(err, loc=_dotted(err["loc"]), input=_summarize(err["input"]))
+        lines.append(f"  {shown}")
+    label = "error" if len(errors) == 1 else "errors"
+    message = "\n".join([f"{len(errors)} validation {label}:", *lines])
+    if len(errors) > _MAX_REPORTED:
+        message += f"\n  ...and {len(errors) - _MAX_REPORTED} more {label}"
+    return ApiError(message, 400, "Bad Request", _dotted(errors[0]["loc"]))
+
+
+def _dotted(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _summarize(value: Any) -> Any:
+    if isinstance(value, (list, tuple, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = value if isinstance(value, str) else str(value)
+    return text[:_MAX_INPUT_CHARS] + "...[truncated]" if len(text) > _MAX_INPUT_CHARS else text
+
+
 def from_msgspec(e: msgspec.ValidationError | msgspec.DecodeError) -> ApiError:
     """msgspec's ``... - at `$.a[0]` `` becomes param ``body.a.0`` like vLLM's."""
     text = str(e)

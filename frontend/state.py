@@ -21,7 +21,7 @@ from frontend.lora import LoraRegistry
 from frontend.model import ModelInfo
 from frontend.parsers import ChatParsers
 from frontend.render import Renderer
-from frontend.structured_outputs import StructuredOutputsConfig
+from frontend.structured import StructuredOutputsConfig
 from protocol.handshake import ReadyResponse
 from protocol.sampling import ModelLimits
 

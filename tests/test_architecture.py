@@ -22,10 +22,10 @@ LAYERS = [
     ("protocol",),
     ("frontend.bytelevel", "frontend.hub", "frontend.tokenizers", "frontend.model",
      "frontend.text", "frontend.errors",
-     "frontend.chat_template", "frontend.engine_handshake", "frontend.engine_ranks",
-     "frontend.engine_client",
+     "frontend.chat_template", "frontend.chat_content_format", "frontend.engine_handshake",
+     "frontend.engine_ranks", "frontend.engine_client",
      "frontend.routing", "frontend.fanout", "frontend.render",
-     "frontend.grammars", "frontend.structured_outputs", "frontend.parsers",
+     "frontend.parsers", "frontend.structured",
      "frontend.lora"),
     ("frontend.state",),
     ("frontend.openai",),
@@ -137,6 +137,90 @@ def test_imports_go_down_the_layers(module):
     upward = sorted(dep for dep in import_graph()[module]
                     if (layer := layer_of(dep)) is not None and layer > own)
     assert not upward, f"{module} imports from higher layers: {upward}"
+
+
+def _importers(target: str, graph: dict[str, set[str]]) -> set[str]:
+    return {name for name, deps in graph.items()
+            if any(d == target or d.startswith(target + ".") for d in deps)}
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("package", ["frontend.parsers", "frontend.structured"])
+def test_the_chat_feature_wing_never_imports_the_routes_or_the_state(package):
+    """Output parsing and grammar constraints are libraries the routes use:
+    they never name a route, the application state or the server."""
+    graph = import_graph()
+    offending = sorted(
+        (name, dep) for name, deps in graph.items() if _inside(name, package)
+        for dep in deps
+        if any(_inside(dep, p) for p in ("frontend.openai", "frontend.state", "frontend.server",
+                                         "frontend.ops", "frontend.fanout"))
+    )
+    assert not offending, offending
+
+
+def test_parsers_do_not_import_structured_outputs():
+    """One direction between the two: the constraints read the parsers' names
+    and traits (vLLM's adjust_request, the config's reasoning parser); the
+    parsers know nothing of grammars."""
+    graph = import_graph()
+    offending = sorted(name for name in _importers("frontend.structured", graph)
+                       if _inside(name, "frontend.parsers"))
+    assert not offending, offending
+
+
+def test_tooling_is_the_routes_only_bridge_to_the_parsers():
+    """Among the routes, only frontend.openai.tooling imports the parsers, and
+    the chat route reaches structured outputs through it too."""
+    graph = import_graph()
+    routes = {name for name in graph if _inside(name, "frontend.openai")}
+    assert sorted(routes & _importers("frontend.parsers", graph)) == ["frontend.openai.tooling"]
+    assert "frontend.openai.chat" not in _importers("frontend.structured", graph)
+
+
+PARSER_PACKAGES = ("frontend.parsers.tool", "frontend.parsers.reasoning")
+# What every parser builds on: the protocol, its two bases and the shared parts.
+PARSER_FLOOR = {"frontend.parsers.tool.base", "frontend.parsers.reasoning.base",
+                "frontend.parsers.tool.grammar_based", "frontend.parsers.reasoning.grammar_based"}
+
+
+def concrete_parsers(graph: dict[str, set[str]]) -> set[str]:
+    """The modules that hold one parser each (``parsers/tool/hermes.py``, ...)."""
+    return {name for name in graph if name.rpartition(".")[0] in PARSER_PACKAGES
+            and name not in PARSER_FLOOR}
+
+
+def test_no_module_names_a_parser_but_another_parser():
+    """A parser is reached through its registry line only (imported by name on
+    first use): the composite, the constraints and the routes never import one,
+    so adding a parser edits nothing but its module and that line. A parser may
+    build on another (a variant of a format)."""
+    graph = import_graph()
+    parsers = concrete_parsers(graph)
+    assert "frontend.parsers.tool.hermes" in parsers  # not vacuous
+    offending = sorted((name, dep) for name, deps in graph.items() for dep in deps & parsers
+                       if name not in parsers)
+    assert not offending, offending
+
+
+def test_the_parser_protocol_and_the_grammars_sit_below_the_parsers():
+    """The two bases of the protocol need only the delta types and the
+    tokenizer facts; the grammar package (a model's format as data) knows no
+    parser class, no adapter and no composite."""
+    graph = import_graph()
+    for base in ("frontend.parsers.tool.base", "frontend.parsers.reasoning.base"):
+        assert graph[base] <= {"frontend.parsers.types", "frontend.parsers.tokenizer"}, base
+    above = (*PARSER_PACKAGES, "frontend.parsers.composite", "frontend.parsers.registry",
+             "frontend.parsers.text_so_far", "frontend.parsers.forced",
+             "frontend.parsers.message")
+    grammar = sorted(name for name in graph if _inside(name, "frontend.parsers.grammar"))
+    assert grammar
+    offending = sorted((name, dep) for name in grammar for dep in graph[name]
+                       if any(_inside(dep, p) for p in above))
+    assert not offending, offending
 
 
 def test_protocol_and_frontend_never_import_the_engine_side():

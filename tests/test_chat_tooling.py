@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from frontend import structured_outputs as so
+from frontend import structured as so
 from frontend.errors import ApiError
 from frontend.openai import tooling
 from protocol.wire import FinishReason

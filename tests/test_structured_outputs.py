@@ -40,8 +40,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from frontend import grammars
-from frontend import structured_outputs as so
+from frontend import structured as so
+from frontend.structured import guidance, rules, xgrammar_compat
 from frontend.errors import ApiError
 from protocol import wire
 from protocol.errors import ValidationError
@@ -242,22 +242,22 @@ def test_grammar_checks_are_cached():
     body = {"response_format": {"type": "json_schema",
                                 "json_schema": {"name": "s", "schema": schema}}}
     assert ours(body, chat=True)[0] == "ok"
-    hits = grammars._xgrammar_error.cache_info().hits
+    hits = xgrammar_compat._xgrammar_error.cache_info().hits
     assert ours(body, chat=False)[0] == "ok"
-    assert grammars._xgrammar_error.cache_info().hits == hits + 1
+    assert xgrammar_compat._xgrammar_error.cache_info().hits == hits + 1
 
 
 def test_grammar_helpers():
-    assert grammars.grammar_is_likely_lark('start: "a"')
-    assert grammars.grammar_is_likely_lark('start: "a" // root ::= x')
-    assert not grammars.grammar_is_likely_lark('# lark?\nroot ::= "a"')
+    assert rules.grammar_is_likely_lark('start: "a"')
+    assert rules.grammar_is_likely_lark('start: "a" // root ::= x')
+    assert not rules.grammar_is_likely_lark('# lark?\nroot ::= "a"')
     deep: Any = {}
     for _ in range(63):
         deep = {"a": deep}
-    grammars.check_json_nesting(deep)  # 64 levels of objects: allowed
-    with pytest.raises(grammars.NestingError):
-        grammars.check_json_nesting({"b": deep})
-    grammars.check_json_nesting(json.dumps({"b": deep}), structural_tag=True)
+    rules.check_json_nesting(deep)  # 64 levels of objects: allowed
+    with pytest.raises(rules.NestingError):
+        rules.check_json_nesting({"b": deep})
+    rules.check_json_nesting(json.dumps({"b": deep}), structural_tag=True)
 
 
 # ============================================================================ vLLM's own code
@@ -711,11 +711,28 @@ def _spec_key(kind: str, spec: Any) -> tuple[str, str]:
     return (kind, spec if isinstance(spec, str) else json.dumps(spec))
 
 
+LAX_BOOL_INPUTS = [True, False, 0, 1, 2, -1, 0.0, 1.0, 0.5, "1", "0", "yes", "No", "T", "off",
+                   "ON", " true ", "true ", "", "maybe", None, [], {}]
+
+
+@pytest.mark.parametrize("value", LAX_BOOL_INPUTS, ids=repr)
+def test_lax_bool_is_pydantics(value, vllm_side):
+    """The one reading of a bool field (config keys, response_format's strict,
+    structured_outputs' flags, a "required" call's strict): pydantic's lax mode."""
+    from frontend.errors import lax_bool
+
+    try:
+        theirs = vllm_side.pydantic.TypeAdapter(bool).validate_python(value)
+    except vllm_side.pydantic.ValidationError:
+        theirs = None
+    assert lax_bool(value) is theirs
+
+
 @pytest.mark.parametrize("item", GRAMMAR_CORPUS, ids=corpus_id)
 def test_xgrammar_prediction(item, vllm_side):
     kind, spec = item
     truth = xgrammar_verdict(vllm_side, kind, spec)
-    predicted = grammars.xgrammar_error(kind, spec) is None
+    predicted = xgrammar_compat.xgrammar_error(kind, spec) is None
     if _spec_key(kind, spec) in XGRAMMAR_MISSES:
         assert predicted != truth, "stale XGRAMMAR_MISSES entry"
     else:
@@ -725,7 +742,7 @@ def test_xgrammar_prediction(item, vllm_side):
 @pytest.mark.parametrize("item", GRAMMAR_CORPUS, ids=corpus_id)
 def test_guidance_validation_is_vllms(item, vllm_side):
     kind, spec = item
-    assert grammars.guidance_error(kind, spec) == guidance_verdict(vllm_side, kind, spec)
+    assert guidance.guidance_error(kind, spec) == guidance_verdict(vllm_side, kind, spec)
 
 
 def test_corpus_has_both_verdicts(vllm_side):
@@ -748,9 +765,9 @@ def test_nesting_rule_is_vllms(vllm_side):
                 except vllm_side.VLLMValidationError as e:
                     theirs = str(e)
                 try:
-                    grammars.check_json_nesting(value, structural_tag=structural_tag)
+                    rules.check_json_nesting(value, structural_tag=structural_tag)
                     mine = None
-                except grammars.NestingError as e:
+                except rules.NestingError as e:
                     mine = str(e)
                 assert mine == theirs, (depth, structural_tag)
 

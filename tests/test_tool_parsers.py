@@ -18,12 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frontend.model import load_model_info
-from frontend.parsers import ChatParsers, ParserTokenizer, json_schema_from_tools
-from frontend.parsers.adjust import adjust_request
+from frontend.parsers import ChatParsers, ParserTokenizer
 from frontend.parsers.json_partial import PartialJSONError, loads_partial
 from frontend.parsers.message import message_parts, stream_finish_reason
 from frontend.parsers.registry import tool_parser_class
 from frontend.parsers.tool.pythonic import looks_like_call_list
+from frontend.structured.tool_choice import adjust_request
+from frontend.structured.tool_schema import json_schema_from_tools
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, assemble
 
 

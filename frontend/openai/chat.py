@@ -17,7 +17,6 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from frontend import structured_outputs as so
 from frontend.errors import ApiError, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search, tooling
@@ -41,7 +40,7 @@ from frontend.openai.sampling import (
     resolve_structured_outputs,
 )
 from frontend.openai.sse import stream_group
-from frontend.parsers import stream_finish_reason
+from frontend.openai.tooling import stream_finish_reason
 from frontend.render import RenderedChat, check_template_override, template_kwargs
 from frontend.state import AppState
 from frontend.text import Position
@@ -89,7 +88,7 @@ class ChatCompletionRequest(SamplingRequest, kw_only=True):
             prompt_logprobs=prompt_logprobs)
 
 
-def validate_request(req: ChatCompletionRequest) -> so.Constraints:
+def validate_request(req: ChatCompletionRequest) -> tooling.Constraints:
     """vLLM's ChatCompletionRequest checks, before anything else runs: its
     ``mode="before"`` model validators in pydantic's order (the last defined
     runs first), then the field constraints. Returns the request's grammar
@@ -98,8 +97,8 @@ def validate_request(req: ChatCompletionRequest) -> so.Constraints:
     rules.check_generation_prompt(req.continue_final_message, req.add_generation_prompt)
     req.tool_choice = tooling.check_tool_usage(
         req.tools, req.tool_choice, tool_choice_set=req.tool_choice is not msgspec.UNSET)
-    so.check_structured_outputs_count(req.structured_outputs, chat=True,
-                                      tool_choice=req.tool_choice)
+    tooling.check_structured_outputs_count(req.structured_outputs, chat=True,
+                                           tool_choice=req.tool_choice)
     # check_logprobs
     rules.check_no_logprob_token_ids_in_beam_search(req.logprob_token_ids,
                                                     req.use_beam_search)
@@ -109,7 +108,7 @@ def validate_request(req: ChatCompletionRequest) -> so.Constraints:
     rules.check_prompt_logprobs(req.prompt_logprobs, req.stream)
     rules.check_top_logprobs(req.top_logprobs, req.logprobs)
     rules.check_stream_options(req.stream_options, req.stream)
-    so.check_response_format(req.response_format)
+    tooling.check_response_format(req.response_format)
     rules.check_cache_salt(req.cache_salt)
 
     # field validation
@@ -124,7 +123,7 @@ def validate_request(req: ChatCompletionRequest) -> so.Constraints:
     rules.check_one_of(req.reasoning_effort, REASONING_EFFORTS, "reasoning_effort")
     req.tools = tooling.normalize_tools(req.tools)
     tooling.check_named_tool_choice(req.tool_choice)
-    return so.parse(req.response_format, req.structured_outputs)
+    return tooling.parse_constraints(req.response_format, req.structured_outputs)
 
 
 def check_supported(req: ChatCompletionRequest, state: AppState) -> None:

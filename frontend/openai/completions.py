@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from frontend import structured_outputs as so
+from frontend import structured as so
 from frontend.errors import ApiError, invalid, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from frontend import structured_outputs as so
+from frontend import structured as so
 from frontend.errors import ApiError, from_validation
 from frontend.model import ModelInfo
 from protocol.errors import ValidationError

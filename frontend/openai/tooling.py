@@ -1,11 +1,16 @@
 """Tools, tool_choice, reasoning and structured outputs of a chat request.
 
-vLLM 0.32's semantics (``chat_completion/protocol.py``, ``online_renderer.py``,
+The chat route's one bridge into :mod:`frontend.parsers` (output parsing)
+and :mod:`frontend.structured` (grammar constraints): the route calls only
+this module for them. vLLM 0.32's semantics (``chat_completion/protocol.py``, ``online_renderer.py``,
 ``parser/abstract_parser.py``), in the order vLLM applies them:
 
 1. request checks: :func:`check_tool_usage` (its ``check_tool_usage`` model
    validator), then field validation of ``tools`` (:func:`normalize_tools`,
-   which also gives the tools as vLLM dumps them for the chat template);
+   which also gives the tools as vLLM dumps them for the chat template); the
+   structured-output checks (:func:`check_structured_outputs_count`,
+   :func:`check_response_format`, :func:`parse_constraints`) are
+   :mod:`frontend.structured`'s, named here for the route;
 2. after rendering, :func:`plan` runs vLLM's ``adjust_request`` for the
    configured parsers (a forced tool call becomes a JSON schema or a
    structural tag, special tokens may stay in the text) and works out what the
@@ -24,30 +29,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from frontend import grammars
-from frontend import structured_outputs as so
-from frontend.errors import ApiError, from_validation, schema_error
+from frontend.errors import ApiError, invalid, schema_error
 from frontend.parsers import (
     ChatParsers,
     OutputParser,
-    ToolSchemaError,
+    ParsedDelta,
     first_call_only,
     message_parts,
+    named_tool,
+    stream_finish_reason,
 )
-from frontend.parsers.composite import named_tool
-from frontend.parsers.structural_tag import output_format, tools_or_output
-from frontend.parsers.types import Delta as ParsedDelta
-from protocol.errors import ValidationError
-from protocol.structured import CONSTRAINTS
+from frontend.parsers.types import tool_function
+from frontend.structured import (
+    Constraints,
+    check_response_format,
+    check_structured_outputs_count,
+)
+from frontend.structured import parse as parse_constraints
+from frontend.structured.tool_choice import adjust_chat_request
 
 if TYPE_CHECKING:
     from frontend.fanout import Choice, Delta
 
+# The route's names for what it uses from structured/ and parsers/.
+__all__ = [
+    "ChatTooling", "Constraints", "StreamParser", "check_named_tool_choice",
+    "check_response_format", "check_structured_outputs_count", "check_tool_usage",
+    "install_stream_parsers", "normalize_tools", "parse_constraints",
+    "parser_template_kwargs", "plan", "stream_finish_reason", "tool_parsing_unavailable",
+]
+
 CORRECT_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
-
-
-def _invalid(message: str, parameter: str | None = None) -> ApiError:
-    return from_validation(ValidationError(message, parameter=parameter))
 
 
 # ---------------------------------------------------------------------------- 1. checks
@@ -56,42 +68,37 @@ def check_tool_usage(tools: Any, tool_choice: Any, *, tool_choice_set: bool) -> 
     """vLLM's ``check_tool_usage`` model validator; returns the tool_choice in
     effect ("auto" when tools come without one, else "none")."""
     if tools == []:
-        raise _invalid("`tools` must not be an empty array. Either provide at least one "
+        raise invalid("`tools` must not be an empty array. Either provide at least one "
                        "tool or omit the field entirely.", "tools")
     if not tool_choice_set:
         tool_choice = "auto" if tools else "none"
     if tool_choice is None or tool_choice == "none":
         return tool_choice
     if tools is None:
-        raise _invalid("When using `tool_choice`, `tools` must be set.", "tool_choice")
+        raise invalid("When using `tool_choice`, `tools` must be set.", "tool_choice")
     if tool_choice not in ("auto", "required") and not isinstance(tool_choice, dict):
-        raise _invalid(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, "
+        raise invalid(f"Invalid value for `tool_choice`: {tool_choice}! Only named tools, "
                        '"none", "auto" or "required" are supported.', "tool_choice")
     if isinstance(tool_choice, dict):
         function = tool_choice.get("function")
         if not isinstance(function, dict):
-            raise _invalid(f"Invalid value for `function`: `{function}` in `tool_choice`! "
+            raise invalid(f"Invalid value for `function`: `{function}` in `tool_choice`! "
                            f"{CORRECT_USAGE}", "tool_choice.function")
         if "name" not in function:
-            raise _invalid(f"Expected field `name` in `function` in `tool_choice`! "
+            raise invalid(f"Expected field `name` in `function` in `tool_choice`! "
                            f"{CORRECT_USAGE}", "tool_choice.function.name")
         name = function["name"]
         if not isinstance(name, str) or not name:
-            raise _invalid(f"Invalid `name` in `function`: `{name}` in `tool_choice`! "
+            raise invalid(f"Invalid `name` in `function`: `{name}` in `tool_choice`! "
                            f"{CORRECT_USAGE}", "tool_choice.function.name")
-        if not any(_function_name(tool) == name for tool in _as_list(tools)):
-            raise _invalid("The tool specified in `tool_choice` does not match any of the "
+        if not any(tool_function(tool).get("name") == name for tool in _as_list(tools)):
+            raise invalid("The tool specified in `tool_choice` does not match any of the "
                            "specified `tools`", "tool_choice")
     return tool_choice
 
 
 def _as_list(value: Any) -> list:
     return value if isinstance(value, list) else []
-
-
-def _function_name(tool: Any) -> Any:
-    function = tool.get("function") if isinstance(tool, dict) else None
-    return function.get("name") if isinstance(function, dict) else None
 
 
 # Field types of vLLM's FunctionDefinition (name required).
@@ -200,7 +207,7 @@ class ChatTooling:
     template_kwargs: dict
     prompt_token_ids: list[int]
     # The grammar constraint fields after adjust_request.
-    constraints: so.Constraints
+    constraints: Constraints
     # False: decode with special tokens kept (the parser needs its markers).
     skip_special_tokens: bool | None = None
     reasoning_ended: bool | None = None
@@ -283,31 +290,17 @@ class StreamParser:
 
 def plan(parsers: ChatParsers | None, *, tools: list[dict] | None, tool_choice: Any,
          parallel_tool_calls: bool | None, include_reasoning: bool,
-         response_format: Any, structured_outputs: Any, constraints: so.Constraints,
+         response_format: Any, structured_outputs: Any, constraints: Constraints,
          template_kwargs: dict, prompt_token_ids: list[int]) -> ChatTooling:
     """vLLM's ``adjust_request`` and the engine request's reasoning fields."""
     tooling = ChatTooling(parsers, tools, tool_choice, parallel_tool_calls, include_reasoning,
                           template_kwargs, prompt_token_ids, constraints)
     if parsers is not None:
-        so_fields = constraints.structured_outputs or {}
-        rf_type = response_format.get("type") if isinstance(response_format, dict) else None
-        try:
-            adjustment = parsers.adjust(
-                tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
-                has_structured_outputs=structured_outputs is not None,
-                response_format_type=rf_type,
-                structured_outputs_tag=so_fields.get("structural_tag") is not None)
-        except ToolSchemaError as e:
-            raise _invalid(str(e), e.param) from None
-        if adjustment.structural_tag is not None:
-            tooling.constraints = so.Constraints({"structural_tag": adjustment.structural_tag},
-                                                 None)
-        elif adjustment.structural_tag_model is not None:
-            tooling.constraints = _tools_or_output(adjustment.structural_tag_model, tools,
-                                                   parallel_tool_calls, constraints)
-        elif adjustment.json_schema is not None:
-            tooling.constraints = so.Constraints({"json": adjustment.json_schema}, None)
-        tooling.skip_special_tokens = adjustment.skip_special_tokens
+        tooling.constraints, tooling.skip_special_tokens = adjust_chat_request(
+            parsers.tool_parser, parsers.reasoning_parser, tools=tools,
+            tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+            response_format=response_format, structured_outputs=structured_outputs,
+            constraints=constraints)
     # vLLM's resolve_reasoning_ended and reasoning_parser_kwargs.
     if parsers is not None and parsers.reasoning_parser is not None:
         tooling.reasoning_ended = parsers.reasoning_ended(
@@ -317,29 +310,6 @@ def plan(parsers: ChatParsers | None, *, tools: list[dict] | None, tool_choice: 
     elif not include_reasoning:
         tooling.reasoning_ended = True
     return tooling
-
-
-def _tools_or_output(model: str, tools: list[dict], parallel_tool_calls: bool | None,
-                     constraints: so.Constraints) -> so.Constraints:
-    """"auto" with strict tools and the request's own constraint: vLLM lets the
-    model either call a tool or write the constrained output, when xgrammar
-    can compile that constraint (else the constraint alone applies)."""
-    values = {**(constraints.structured_outputs or {}), **(constraints.override or {})}
-    kind = next((k for k in CONSTRAINTS if values.get(k) is not None), None)
-    if kind is None:
-        return constraints  # no constraint after all: resolve() reports it
-    spec = values[kind]
-    if spec and grammars.xgrammar_error(kind, spec) is not None:
-        return constraints
-    lark = kind == "grammar" and grammars.grammar_is_likely_lark(spec)
-    output = None if lark else output_format(kind, spec)
-    if output is None:  # vLLM converts these with xgrammar, which needs torch
-        what = "Lark grammar" if lark else kind
-        raise ApiError(f'tool_choice="auto" with `strict` tools and a {what} constraint at '
-                       "once is not supported by this frontend; drop `strict`, or use a "
-                       "JSON schema, regex, choice or EBNF grammar", param="tools")
-    return so.Constraints(
-        {"structural_tag": tools_or_output(model, tools, parallel_tool_calls, output)}, None)
 
 
 def install_stream_parsers(tooling: ChatTooling, choices: list[Choice]

@@ -5,21 +5,27 @@ Set up once per server::
     parsers = ChatParsers(ParserTokenizer.from_model(model),
                           tool_parser="hermes", reasoning_parser="qwen3")
 
-Per request, :meth:`ChatParsers.adjust` says what vLLM's ``adjust_request``
-would change (``skip_special_tokens``, a forced-call JSON schema or structural
-tag); per choice, :meth:`ChatParsers.new` gives an :class:`OutputParser`
+Per choice, :meth:`ChatParsers.new` gives an :class:`OutputParser`
 (``tool_choice`` as the request resolved it: "none" without tools)::
 
     p = parsers.new(tools=tools, tool_choice="auto", prompt_token_ids=prompt)
     parsed = p.parse(text)                      # whole output: reasoning,
                                                 # content, tool_calls
     for text, ids, last in steps:               # or streamed, per engine step
-        delta = p.feed(text, ids, finished=last)    # Delta | None
+        delta = p.feed(text, ids, finished=last)    # ParsedDelta | None
         if delta is not None:
             send(delta.to_dict())
 
 :mod:`frontend.parsers.message` turns the results into vLLM's message and
-finish_reason.
+finish_reason. What the parsers change in the request itself (vLLM's
+``adjust_request``: a forced call's grammar, special tokens kept) is
+:mod:`frontend.structured.tool_choice`, driven by the parsers' class
+attributes.
+
+Every parser speaks one per-delta protocol (:mod:`frontend.parsers.tool.base`,
+:mod:`frontend.parsers.reasoning.base`). Adding one is one module in
+``parsers/tool/`` or ``parsers/reasoning/`` and one line in
+:mod:`frontend.parsers.registry` under vLLM's name: see ``README.md`` here.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from frontend.parsers.adjust import RequestAdjustment, adjust_request
 from frontend.parsers.composite import OutputParser, ParsedOutput
 from frontend.parsers.message import (
     MessageParts,
@@ -41,21 +46,21 @@ from frontend.parsers.registry import (
     reasoning_parser_class,
     tool_parser_class,
 )
-from frontend.parsers.schema import ToolSchemaError, json_schema_from_tools
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.types import (
     UNSET,
-    Delta,
     DeltaToolCall,
+    ParsedDelta,
     ToolCall,
     make_tool_call_id,
+    named_tool,
 )
 
 __all__ = [
-    "REASONING_PARSERS", "TOOL_PARSERS", "UNSET", "ChatParsers", "Delta", "DeltaToolCall",
-    "MessageParts", "OutputParser", "ParsedOutput", "ParserTokenizer", "RequestAdjustment",
-    "ToolCall", "ToolSchemaError", "first_call_only", "json_schema_from_tools",
-    "make_tool_call_id", "message_parts", "stream_finish_reason",
+    "REASONING_PARSERS", "TOOL_PARSERS", "UNSET", "ChatParsers", "DeltaToolCall",
+    "MessageParts", "OutputParser", "ParsedDelta", "ParsedOutput", "ParserTokenizer",
+    "ToolCall", "first_call_only", "make_tool_call_id", "message_parts", "named_tool",
+    "stream_finish_reason",
 ]
 
 
@@ -77,16 +82,6 @@ class ChatParsers:
         for parser in (self.tool_parser, self.reasoning_parser):
             if parser is not None:
                 parser.check_tokenizer(tokenizer)
-
-    def adjust(self, *, tools: list[dict] | None, tool_choice: Any,
-               parallel_tool_calls: bool | None = True, has_structured_outputs: bool = False,
-               response_format_type: str | None = None,
-               structured_outputs_tag: bool = False) -> RequestAdjustment:
-        return adjust_request(self.tool_parser, self.reasoning_parser, tools=tools,
-                              tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
-                              has_structured_outputs=has_structured_outputs,
-                              response_format_type=response_format_type,
-                              structured_outputs_tag=structured_outputs_tag)
 
     def new(self, *, tools: list[dict] | None = None, tool_choice: Any = None,
             include_reasoning: bool = True, chat_template_kwargs: dict | None = None,

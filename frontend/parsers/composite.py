@@ -8,7 +8,9 @@ support that; ``tool_choice="none"`` leaves the text as content.
 Streaming: call :meth:`OutputParser.feed` once per engine step of the choice
 (with that step's new text and token ids, before any merging of steps; skip
 leading steps with neither), ``finished=True`` on the last.  It returns the
-:class:`~frontend.parsers.types.Delta` to send, or None for nothing.
+:class:`~frontend.parsers.types.ParsedDelta` to send, or None for nothing.
+Both parsers speak the per-delta protocol (``feed``/``ended``/``finish``);
+text-so-far parsers do through :mod:`frontend.parsers.text_so_far`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from frontend.parsers.forced import named_stream_delta, parse_required, required
 from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.tool.base import ToolParser
-from frontend.parsers.types import Delta, ToolCall
+from frontend.parsers.types import ParsedDelta, ToolCall, named_tool
 
 
 @dataclass(slots=True)
@@ -31,15 +33,6 @@ class ParsedOutput:
     reasoning: str | None
     content: str | None
     tool_calls: list[ToolCall] | None
-
-
-def named_tool(tool_choice: object) -> str | None:
-    """The function name of a named ``tool_choice``, else None."""
-    if isinstance(tool_choice, dict):
-        function = tool_choice.get("function")
-        if isinstance(function, dict):
-            return function.get("name")
-    return None
 
 
 class OutputParser:
@@ -59,19 +52,20 @@ class OutputParser:
         self.tool_choice = tool_choice
         self.include_reasoning = include_reasoning
         self._named = named_tool(tool_choice)
-        # Engine-based parsers take each step's delta alone; the others are
-        # given the text (and ids) so far, as vLLM does.
-        self._engine_based = ((self.reasoning is None or self.reasoning.engine_based)
-                              and (self.tool is None or self.tool.engine_based))
-        if self.reasoning is None and self.tool is not None and self.tool.engine_based:
+        # vLLM lets the tool parser decide the content of tool_choice="none"
+        # output and of output without calls only when every configured
+        # parser is a grammar parser (its DelegatingParser's _engine_based);
+        # with a text-so-far parser in the pair the text passes as it is.
+        self._content_from_tool_parser = (
+            (self.reasoning is None or self.reasoning.grammar_based)
+            and (self.tool is None or self.tool.grammar_based))
+        if self.reasoning is None and self.tool is not None:
             # Reasoning markup is plain content when no reasoning parser runs.
             self.tool.skip_reasoning_parsing = True
         self._prompt_ids = list(prompt_token_ids)
         self._prompt_checked = False
         self.reasoning_ended = False
-        self._tool_text_started = False
-        self._previous_text = ""
-        self._previous_ids: list[int] = []
+        self._required_text = ""  # a forced "required" array so far
         self._name_returned = False
         self.tools_streamed = False
 
@@ -93,7 +87,7 @@ class OutputParser:
         if tool is None:
             return [], content
         if self.tool_choice == "none":
-            if self._engine_based:
+            if self._content_from_tool_parser:
                 return [], tool.extract(content or "").content
             return [], content
         supports = tool.supports_required_and_named
@@ -114,7 +108,7 @@ class OutputParser:
             if (required or self._named is not None) and (content is None
                                                            or not content.strip()):
                 return [], None
-            if self._engine_based:
+            if self._content_from_tool_parser:
                 return None, info.content or None
             return None, content
         return [], content
@@ -134,7 +128,7 @@ class OutputParser:
     # -- streaming -------------------------------------------------------------------
 
     def feed(self, delta_text: str, delta_ids: Sequence[int], *,
-             finished: bool = False) -> Delta | None:
+             finished: bool = False) -> ParsedDelta | None:
         delta_ids = list(delta_ids)
         reasoning = self.reasoning
         if not self._prompt_checked:
@@ -142,59 +136,35 @@ class OutputParser:
             if reasoning is None or reasoning.is_reasoning_end(self._prompt_ids):
                 self.reasoning_ended = True
 
-        if self._engine_based:
-            current_text, current_ids = delta_text, delta_ids
-        else:
-            current_text = self._previous_text + delta_text
-            current_ids = self._previous_ids + delta_ids
-        delta: Delta | None = None
+        delta: ParsedDelta | None = None
         transitioned = False
-
         if reasoning is not None and not self.reasoning_ended:
-            delta = reasoning.extract_streaming(self._previous_text, current_text, delta_text,
-                                                self._previous_ids, current_ids, delta_ids)
-            if reasoning.engine_based:
-                ended = reasoning.confirmed_end()
-            else:
-                ended = reasoning.is_reasoning_end_streaming(current_ids, delta_ids)
-            if ended:
+            delta = reasoning.feed(delta_text, delta_ids)
+            if reasoning.ended():
                 self.reasoning_ended = transitioned = True
-                current_ids = reasoning.extract_content_ids(delta_ids)
-                # An engine-based parser may still hold text after the marker.
-                flushed = reasoning.finish_streaming() if reasoning.engine_based else None
-                current_text = ((delta.text if delta else "")
-                                + (flushed.text if flushed else ""))
-                if not self._engine_based:
-                    delta_text = current_text
-                elif self.tool is not None:
-                    if delta is not None:
-                        delta.content = None
-                elif current_text:
-                    delta = delta or Delta()
-                    delta.content = current_text
+                # The text after the end marker: this step's content, and
+                # what the parser held back.
+                flushed = reasoning.finish()
+                delta_text = ((delta.text if delta else "")
+                              + (flushed.text if flushed else ""))
+                delta_ids = reasoning.extract_content_ids(delta_ids)
+                if self.tool is None and delta_text:
+                    delta = delta or ParsedDelta()
+                    delta.content = delta_text
 
         if self.tool is not None and self.reasoning_ended:
-            if not self._tool_text_started:
-                self._tool_text_started = True
-                self._previous_text, self._previous_ids = "", []
-                delta_text, delta_ids = current_text, current_ids
             reasoning_text = delta.reasoning if delta is not None else None
-            delta = self._tool_step(current_text, delta_text, current_ids, delta_ids)
+            delta = self._tool_step(delta_text, delta_ids)
             if reasoning_text:
                 if delta is None:
-                    delta = Delta(reasoning=reasoning_text)
+                    delta = ParsedDelta(reasoning=reasoning_text)
                 elif not delta.reasoning:
                     delta.reasoning = reasoning_text
 
         in_reasoning = reasoning is not None and not self.reasoning_ended
         in_tools = self.tool is not None and self.reasoning_ended
         if delta is None and not transitioned and not in_reasoning and not in_tools:
-            delta = Delta(content=delta_text)
-
-        if self._engine_based:
-            self._previous_text, self._previous_ids = "", []
-        else:
-            self._previous_text, self._previous_ids = current_text, current_ids
+            delta = ParsedDelta(content=delta_text)
 
         if finished:
             delta = self._finish(delta)
@@ -206,45 +176,44 @@ class OutputParser:
             self.tools_streamed = True
         return delta
 
-    def _tool_step(self, current_text: str, delta_text: str, current_ids: list[int],
-                   delta_ids: list[int]) -> Delta | None:
+    def _tool_step(self, delta_text: str, delta_ids: list[int]) -> ParsedDelta | None:
         tool = self.tool
         assert tool is not None
         if self.tool_choice == "none":
-            if self._engine_based:
-                delta = tool.extract_streaming(self._previous_text, current_text, delta_text,
-                                               self._previous_ids, current_ids, delta_ids)
+            if self._content_from_tool_parser:
+                delta = tool.feed(delta_text, delta_ids)
                 if delta is not None:
                     delta.tool_calls = []
                 return delta
-            return Delta(content=delta_text) if delta_text else None
+            return ParsedDelta(content=delta_text) if delta_text else None
         if tool.supports_required_and_named and self._named is not None:
             delta, self._name_returned = named_stream_delta(delta_text, self._named,
                                                             self._name_returned)
             return delta
         if tool.supports_required_and_named and self.tool_choice == "required":
-            delta, self._name_returned = required_stream_delta(self._previous_text,
-                                                               current_text)
+            previous_text = self._required_text
+            self._required_text += delta_text
+            delta, self._name_returned = required_stream_delta(previous_text,
+                                                               self._required_text)
             return delta
-        return tool.extract_streaming(self._previous_text, current_text, delta_text,
-                                      self._previous_ids, current_ids, delta_ids)
+        return tool.feed(delta_text, delta_ids)
 
-    def _finish(self, delta: Delta | None) -> Delta | None:
+    def _finish(self, delta: ParsedDelta | None) -> ParsedDelta | None:
         tool = self.tool
         if tool is not None and delta is not None and delta.tool_calls:
             last = delta.tool_calls[-1]
             if last.has_function:
                 rest = tool.remaining_unstreamed_args()
                 last.arguments = (last.arguments or "") + rest
-        # Flush what engine-based parsers still hold.
+        # What the parsers still hold back (a reasoning parser's was taken
+        # when reasoning ended).
         parsers = []
-        if self.reasoning is not None and self.reasoning.engine_based \
-                and not self.reasoning_ended:
+        if self.reasoning is not None and not self.reasoning_ended:
             parsers.append(self.reasoning)
-        if tool is not None and tool.engine_based:
+        if tool is not None:
             parsers.append(tool)
         for parser in parsers:
-            flushed = parser.finish_streaming()
+            flushed = parser.finish()
             if flushed is None:
                 continue
             if delta is None:

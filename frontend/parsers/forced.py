@@ -1,7 +1,7 @@
 """Output of a forced tool call (``tool_choice`` "required" or a named tool).
 
 For parsers that support it, vLLM constrains such requests with a JSON
-schema (:func:`frontend.parsers.schema.json_schema_from_tools`): the output
+schema (:func:`frontend.structured.tool_schema.json_schema_from_tools`): the output
 is then the named tool's arguments, or a JSON array of ``{"name",
 "parameters"}`` objects for "required".  This module reads that output,
 whole or streamed.
@@ -13,18 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from frontend.parsers.types import Delta, DeltaToolCall, ToolCall, make_tool_call_id
+from frontend.errors import lax_bool
+from frontend.parsers.types import DeltaToolCall, ParsedDelta, ToolCall, make_tool_call_id
 
-_BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
 
-
-def _lax_bool(value: Any) -> bool:
-    """What pydantic's lax mode takes for an optional bool."""
-    if value is None or isinstance(value, bool):
-        return True
-    if isinstance(value, (int, float)):
-        return value in (0, 1)
-    return isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS
+def _optional_bool(value: Any) -> bool:
+    """Whether pydantic takes ``value`` for an optional bool field."""
+    return value is None or lax_bool(value) is not None
 
 
 def parse_required(content: str | None) -> list[ToolCall]:
@@ -49,14 +44,15 @@ def parse_required(content: str | None) -> list[ToolCall]:
             return []
         if params is not None and not isinstance(params, dict):
             return []
-        if not (_lax_bool(item.get("strict")) and _lax_bool(item.get("defer_loading"))):
+        if not (_optional_bool(item.get("strict"))
+                and _optional_bool(item.get("defer_loading"))):
             return []
         calls.append(ToolCall(item["name"], json.dumps(params, ensure_ascii=False)))
     return calls
 
 
 def named_stream_delta(delta_text: str, function_name: str,
-                       name_returned: bool) -> tuple[Delta, bool]:
+                       name_returned: bool) -> tuple[ParsedDelta, bool]:
     """A named call streams the output as its arguments; the first piece
     carries the id and the name."""
     if name_returned:
@@ -64,7 +60,7 @@ def named_stream_delta(delta_text: str, function_name: str,
     else:
         piece = DeltaToolCall(0, id=make_tool_call_id(), type="function",
                               name=function_name, arguments=delta_text)
-    return Delta(tool_calls=[piece]), True
+    return ParsedDelta(tool_calls=[piece]), True
 
 
 @dataclass(slots=True)
@@ -184,7 +180,8 @@ def _scan_required(text: str) -> list[_Span]:
     return spans
 
 
-def required_stream_delta(previous_text: str, current_text: str) -> tuple[Delta | None, bool]:
+def required_stream_delta(previous_text: str, current_text: str
+                          ) -> tuple[ParsedDelta | None, bool]:
     """This step's pieces of the "required" array's calls, and whether any
     call has been announced so far.
 
@@ -210,4 +207,4 @@ def required_stream_delta(previous_text: str, current_text: str) -> tuple[Delta 
         pieces.append(DeltaToolCall(index, id=make_tool_call_id(), type="function",
                                     name=span.name, arguments=current_text[span.args_start:end]))
     announced = any(span.ready for span in spans)
-    return (Delta(tool_calls=pieces) if pieces else None), announced
+    return (ParsedDelta(tool_calls=pieces) if pieces else None), announced

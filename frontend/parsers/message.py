@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from frontend.parsers.composite import ParsedOutput, named_tool
-from frontend.parsers.types import Delta, ToolCall, make_tool_call_id
+from frontend.parsers.composite import ParsedOutput
+from frontend.parsers.types import ParsedDelta, ToolCall, make_tool_call_id, named_tool
 
 
 @dataclass(slots=True)
@@ -60,7 +60,7 @@ def stream_finish_reason(tools_streamed: bool, tool_choice: object,
     return finish_reason or "stop"
 
 
-def first_call_only(delta: Delta) -> Delta:
+def first_call_only(delta: ParsedDelta) -> ParsedDelta:
     """``parallel_tool_calls=false``: keep only the pieces of call 0."""
     if delta.tool_calls:
         delta.tool_calls = [tc for tc in delta.tool_calls if tc.index == 0]

@@ -1,7 +1,12 @@
-"""Parser names (vLLM 0.32's ``--tool-call-parser`` / ``--reasoning-parser``).
+"""Parser names: vLLM 0.32's ``--tool-call-parser`` / ``--reasoning-parser``.
 
-Each name maps to ``module:Class``; a parser's module is imported when the
-name is first used.
+Each line is a vLLM name (exactly as its ``_TOOL_PARSERS_TO_REGISTER`` /
+``_REASONING_PARSERS_TO_REGISTER`` spell it) -> (the module in
+``parsers/tool/`` or ``parsers/reasoning/``, the class); an alias is a second
+line with the same target, where vLLM has one too
+(``tests/test_parser_registry.py``).  A parser's module is imported when its
+name is first used.  A new parser is its module and one line here (see
+``frontend/parsers/README.md``).
 """
 
 from __future__ import annotations
@@ -11,38 +16,35 @@ import importlib
 from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tool.base import ToolParser
 
-_TOOL = "frontend.parsers.tool."
-_REASONING = "frontend.parsers.reasoning."
-
-TOOL_PARSERS: dict[str, str] = {
-    "hermes": _TOOL + "hermes:HermesToolParser",
-    "qwen3_json": _TOOL + "hermes:HermesToolParser",  # an alias in vLLM 0.32 too
-    "llama3_json": _TOOL + "llama3_json:Llama3JsonToolParser",
-    "llama4_json": _TOOL + "llama3_json:Llama3JsonToolParser",
-    "mistral": _TOOL + "mistral:MistralToolParser",
-    "pythonic": _TOOL + "pythonic:PythonicToolParser",
-    "qwen3_coder": _TOOL + "qwen3_coder:Qwen3CoderToolParser",
-    "qwen3_xml": _TOOL + "qwen3_coder:Qwen3CoderToolParser",
+TOOL_PARSERS: dict[str, tuple[str, str]] = {
+    "hermes": ("hermes", "HermesToolParser"),
+    "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
+    "llama4_json": ("llama3_json", "Llama3JsonToolParser"),
+    "mistral": ("mistral", "MistralToolParser"),
+    "pythonic": ("pythonic", "PythonicToolParser"),
+    "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),
+    "qwen3_json": ("hermes", "HermesToolParser"),
+    "qwen3_xml": ("qwen3_coder", "Qwen3CoderToolParser"),
 }
 
-REASONING_PARSERS: dict[str, str] = {
-    "deepseek_r1": _REASONING + "deepseek_r1:DeepSeekR1ReasoningParser",
-    "mistral": _REASONING + "mistral:MistralReasoningParser",
-    "qwen3": _REASONING + "qwen3:Qwen3ReasoningParser",
+REASONING_PARSERS: dict[str, tuple[str, str]] = {
+    "deepseek_r1": ("deepseek_r1", "DeepSeekR1ReasoningParser"),
+    "mistral": ("mistral", "MistralReasoningParser"),
+    "qwen3": ("qwen3", "Qwen3ReasoningParser"),
 }
 
 
-def _load(table: dict[str, str], name: str, kind: str) -> type:
+def _load(table: dict[str, tuple[str, str]], package: str, name: str, kind: str) -> type:
     target = table.get(name)
     if target is None:
         raise ValueError(f"unknown {kind} {name!r}; available: {', '.join(sorted(table))}")
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    module, cls = target
+    return getattr(importlib.import_module(f"frontend.parsers.{package}.{module}"), cls)
 
 
 def tool_parser_class(name: str) -> type[ToolParser]:
-    return _load(TOOL_PARSERS, name, "tool call parser")
+    return _load(TOOL_PARSERS, "tool", name, "tool call parser")
 
 
 def reasoning_parser_class(name: str) -> type[ReasoningParser]:
-    return _load(REASONING_PARSERS, name, "reasoning parser")
+    return _load(REASONING_PARSERS, "reasoning", name, "reasoning parser")

@@ -1,8 +1,9 @@
-"""What the parsers return: tool calls, and streaming deltas in OpenAI's shape.
+"""What the parsers take and return: the request's tools, tool calls, and
+streaming deltas in OpenAI's shape.
 
 vLLM serializes its stream deltas with ``exclude_unset``: a field a parser
 set explicitly, even to ``None``, is sent (``"content": null``), one it never
-set is left out.  To give the same bytes, :class:`Delta` and
+set is left out.  To give the same bytes, :class:`ParsedDelta` and
 :class:`DeltaToolCall` keep that distinction with the :data:`UNSET` marker;
 ``to_dict()`` gives the JSON-ready shape in vLLM's field order.
 """
@@ -27,6 +28,21 @@ class _Unset:
 
 UNSET: Any = _Unset()
 """A field that was never set: left out of the JSON (unlike ``None``)."""
+
+
+def tool_function(tool: Any) -> dict[str, Any]:
+    """The ``function`` object of a request's tool (or named tool_choice); {} if none."""
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return function if isinstance(function, dict) else {}
+
+
+def named_tool(tool_choice: object) -> str | None:
+    """The function name of a named ``tool_choice``, else None."""
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        if isinstance(function, dict):
+            return function.get("name")
+    return None
 
 
 def make_tool_call_id() -> str:
@@ -90,8 +106,9 @@ class DeltaToolCall:
 
 
 @dataclass(slots=True)
-class Delta:
-    """One streamed message delta: content, reasoning, tool call pieces."""
+class ParsedDelta:
+    """One streamed message delta, parsed: content, reasoning, tool call pieces
+    (what a parser makes of the fan-out table's raw :class:`frontend.fanout.Delta`)."""
 
     content: Any = UNSET
     reasoning: Any = UNSET

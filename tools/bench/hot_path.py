@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from frontend import structured_outputs as so  # noqa: E402
+from frontend import structured as so  # noqa: E402
 from frontend.fanout import Group, Table  # noqa: E402
 from frontend.model import load_model_info  # noqa: E402
 from frontend.openai import tooling  # noqa: E402

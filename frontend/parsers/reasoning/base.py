@@ -1,9 +1,16 @@
-"""The reasoning parser interface (vLLM 0.32's ``ReasoningParser`` contract).
+"""The reasoning parser protocol, per delta: what the composite ``OutputParser`` calls.
 
 One instance per choice.  ``extract`` splits a complete output into
-(reasoning, content); ``extract_streaming`` classifies one step's delta,
-given the text and token ids so far; ``is_reasoning_end`` tells whether a
-token sequence (the prompt, or the output so far) has left reasoning.
+(reasoning, content); ``feed`` classifies one engine step's new text and
+token ids, after which ``ended`` tells whether reasoning is over;
+``finish`` returns what the parser still holds back (at the end of
+reasoning, or of the output).  ``is_reasoning_end`` tells whether a token
+sequence (the prompt) has already left reasoning.
+
+Written on a grammar (subclass
+:class:`~frontend.parsers.reasoning.grammar_based.GrammarReasoningParser`) or
+on the text so far (subclass
+:class:`~frontend.parsers.text_so_far.TextSoFarReasoningParser`).
 """
 
 from __future__ import annotations
@@ -12,15 +19,16 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from frontend.parsers.tokenizer import ParserTokenizer
-from frontend.parsers.types import Delta
+from frontend.parsers.types import ParsedDelta
 
 
 class ReasoningParser:
-    engine_based: ClassVar[bool] = False
     # vLLM's adjust_request sets skip_special_tokens=False for this parser.
     keeps_special_tokens: ClassVar[bool] = False
     # For "required"/named, Mistral's parsers force a bare [{"name", "arguments"}] array.
     mistral_guided_schema: ClassVar[bool] = False
+    # A grammar parser (vLLM's "engine-based"); see ToolParser.grammar_based.
+    grammar_based: ClassVar[bool] = False
 
     def __init__(self, tokenizer: ParserTokenizer,
                  chat_template_kwargs: dict | None = None) -> None:
@@ -33,20 +41,23 @@ class ReasoningParser:
     def is_reasoning_end(self, token_ids: Sequence[int]) -> bool:
         raise NotImplementedError
 
-    def is_reasoning_end_streaming(self, token_ids: Sequence[int],
-                                   delta_ids: Sequence[int]) -> bool:
-        return self.is_reasoning_end(token_ids)
-
     def extract_content_ids(self, token_ids: list[int]) -> list[int]:
         raise NotImplementedError
 
     def extract(self, text: str) -> tuple[str | None, str | None]:
         raise NotImplementedError
 
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> Delta | None:
+    def feed(self, delta_text: str, delta_ids: list[int]) -> ParsedDelta | None:
+        """One engine step's new text and token ids -> what to send for it."""
         raise NotImplementedError
+
+    def ended(self) -> bool:
+        """Whether reasoning is over, as of the last ``feed``."""
+        raise NotImplementedError
+
+    def finish(self) -> ParsedDelta | None:
+        """Text still held back (after the end of reasoning, or of the output)."""
+        return None
 
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
         return 0

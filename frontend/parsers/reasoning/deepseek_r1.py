@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from frontend.parsers.reasoning.base import ReasoningParser
+from frontend.parsers.text_so_far import TextSoFarReasoningParser
 from frontend.parsers.tokenizer import ParserTokenizer
-from frontend.parsers.types import Delta
+from frontend.parsers.types import ParsedDelta
 
 
-class ThinkTagsReasoningParser(ReasoningParser):
+class ThinkTagsReasoningParser(TextSoFarReasoningParser):
     """Reasoning between two marker tokens (vLLM's BaseThinkingReasoningParser)."""
 
     start_token = "<think>"
@@ -60,7 +60,7 @@ class ThinkTagsReasoningParser(ReasoningParser):
 
     def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
                           previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> Delta | None:
+                          delta_ids: Sequence[int]) -> ParsedDelta | None:
         if len(delta_ids) == 1 and delta_ids[0] in (self.start_id, self.end_id):
             return None  # a lone marker token
         if self.start_id in previous_ids:
@@ -70,20 +70,20 @@ class ThinkTagsReasoningParser(ReasoningParser):
                 start = delta_text.find(self.start_token)
                 end = delta_text.find(self.end_token)
                 content = delta_text[end + len(self.end_token):]
-                return Delta(reasoning=delta_text[start + len(self.start_token):end],
+                return ParsedDelta(reasoning=delta_text[start + len(self.start_token):end],
                              content=content or None)
-            return Delta(reasoning=delta_text)
-        return Delta(content=delta_text)
+            return ParsedDelta(reasoning=delta_text)
+        return ParsedDelta(content=delta_text)
 
     def _after_start(self, delta_text: str, previous_ids: Sequence[int],
-                     delta_ids: Sequence[int]) -> Delta:
+                     delta_ids: Sequence[int]) -> ParsedDelta:
         if self.end_id in delta_ids:
             end = delta_text.find(self.end_token)
             content = delta_text[end + len(self.end_token):]
-            return Delta(reasoning=delta_text[:end], content=content or None)
+            return ParsedDelta(reasoning=delta_text[:end], content=content or None)
         if self.end_id in previous_ids:
-            return Delta(content=delta_text)
-        return Delta(reasoning=delta_text)
+            return ParsedDelta(content=delta_text)
+        return ParsedDelta(reasoning=delta_text)
 
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
         count = depth = 0
@@ -101,7 +101,7 @@ class DeepSeekR1ReasoningParser(ThinkTagsReasoningParser):
 
     def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
                           previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> Delta | None:
+                          delta_ids: Sequence[int]) -> ParsedDelta | None:
         delta = super().extract_streaming(previous_text, current_text, delta_text,
                                           previous_ids, current_ids, delta_ids)
         if delta is None or self.start_id in previous_ids or self.start_id in delta_ids:

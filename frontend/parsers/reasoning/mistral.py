@@ -6,13 +6,13 @@ A ``[TOOL_CALLS]`` ends reasoning too.
 
 from __future__ import annotations
 
-from frontend.parsers.engine.mistral import MistralParser, is_supported_tokenizer
-from frontend.parsers.engine.parser import EngineParser
-from frontend.parsers.reasoning.engine_based import EngineReasoningParser
+from frontend.parsers.grammar.mistral import MistralParser, is_supported_tokenizer
+from frontend.parsers.grammar.parser import GrammarParser
+from frontend.parsers.reasoning.grammar_based import GrammarReasoningParser
 from frontend.parsers.tokenizer import ParserTokenizer
 
 
-class MistralReasoningParser(EngineReasoningParser):
+class MistralReasoningParser(GrammarReasoningParser):
     mistral_guided_schema = True
 
     @classmethod
@@ -21,5 +21,5 @@ class MistralReasoningParser(EngineReasoningParser):
             raise ValueError("the mistral reasoning parser needs a v11+ Mistral tokenizer "
                              "(with the [TOOL_CALLS] and [ARGS] tokens)")
 
-    def _make_engine(self) -> EngineParser:
+    def make_grammar_parser(self) -> GrammarParser:
         return MistralParser(self.tokenizer)

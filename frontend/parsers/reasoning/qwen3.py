@@ -6,12 +6,12 @@ template kwarg); ``</think>`` or a ``<tool_call>`` ends it.
 
 from __future__ import annotations
 
-from frontend.parsers.engine.parser import EngineParser
-from frontend.parsers.engine.qwen3 import Qwen3Parser
-from frontend.parsers.reasoning.engine_based import EngineReasoningParser
+from frontend.parsers.grammar.parser import GrammarParser
+from frontend.parsers.grammar.qwen3 import Qwen3Parser
+from frontend.parsers.reasoning.grammar_based import GrammarReasoningParser
 
 
-class Qwen3ReasoningParser(EngineReasoningParser):
+class Qwen3ReasoningParser(GrammarReasoningParser):
 
-    def _make_engine(self) -> EngineParser:
-        return Qwen3Parser(self.tokenizer, chat_template_kwargs=self._kwargs)
+    def make_grammar_parser(self) -> GrammarParser:
+        return Qwen3Parser(self.tokenizer, chat_template_kwargs=self.chat_template_kwargs)

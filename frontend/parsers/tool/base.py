@@ -1,22 +1,30 @@
-"""The tool parser interface (vLLM 0.32's ``ToolParser`` contract).
+"""The tool parser protocol, per delta: what the composite ``OutputParser`` calls.
 
 A tool parser instance belongs to one choice of one request.  ``extract``
-parses a complete output; ``extract_streaming`` is called once per engine step
-with the text so far (``previous_text + delta_text == current_text``) and the
-token ids likewise, and returns what to send for this step.
+parses a complete output; ``feed`` is called once per engine step with that
+step's new text and token ids (nothing else: a parser keeps whatever state it
+needs) and returns the :class:`~frontend.parsers.types.ParsedDelta` to send,
+or None; ``finish`` returns what it still holds back when the output ends.
+
+A parser is written one of two ways:
+
+* on a grammar (:mod:`frontend.parsers.grammar`), as vLLM's declarative
+  parsers are: subclass :class:`~frontend.parsers.tool.grammar_based.GrammarToolParser`;
+* on the text so far, as vLLM's classic parsers are: subclass
+  :class:`~frontend.parsers.text_so_far.TextSoFarToolParser` and write
+  ``extract_streaming(previous_text, current_text, delta_text, ...)``.
 
 Class attributes describe what vLLM's ``adjust_request`` does for the parser
-(see :mod:`frontend.parsers.adjust`).
+(see :mod:`frontend.structured.tool_choice`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import ClassVar
 
 from frontend.parsers.tokenizer import ParserTokenizer
-from frontend.parsers.types import Delta, ExtractedToolCalls
+from frontend.parsers.types import ExtractedToolCalls, ParsedDelta
 
 
 class ToolParser:
@@ -26,15 +34,20 @@ class ToolParser:
     # default VLLM_ENFORCE_STRICT_TOOL_CALLING=1 turns it off for every
     # parser with a structural tag model.
     supports_required_and_named: ClassVar[bool] = True
-    # xgrammar structural tag format that constrains this parser's calls.
+    # xgrammar structural tag format that constrains this parser's calls (a
+    # key of frontend.structured.structural_tag.BUILDERS).
     structural_tag_model: ClassVar[str | None] = None
     # When adjust_request sets skip_special_tokens=False: "with_tools"
     # (tools given and tool_choice != "none"), "always", or None.
     keeps_special_tokens: ClassVar[str | None] = None
-    # Parses each delta on its own state (vLLM's engine-based parsers).
-    engine_based: ClassVar[bool] = False
     # For "required"/named, Mistral's parsers force a bare [{"name", "arguments"}] array.
     mistral_guided_schema: ClassVar[bool] = False
+    # A grammar parser (vLLM's "engine-based"): see OutputParser for the two
+    # rules vLLM applies only when every configured parser is one.
+    grammar_based: ClassVar[bool] = False
+    # Set when no reasoning parser runs: reasoning markup is plain content (a
+    # grammar that knows reasoning markers leaves them in the text).
+    skip_reasoning_parsing: bool = False
 
     def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,
                  tool_choice: object = None, chat_template_kwargs: dict | None = None) -> None:
@@ -52,13 +65,12 @@ class ToolParser:
     def extract(self, text: str) -> ExtractedToolCalls:
         raise NotImplementedError
 
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> Delta | None:
+    def feed(self, delta_text: str, delta_ids: list[int]) -> ParsedDelta | None:
+        """One engine step's new text and token ids -> what to send for it."""
         raise NotImplementedError
 
-    def finish_streaming(self) -> Delta | None:
-        """Anything still buffered at the end of the stream (engine-based parsers)."""
+    def finish(self) -> ParsedDelta | None:
+        """Anything still held back at the end of the stream."""
         return None
 
     def remaining_unstreamed_args(self) -> str:

@@ -19,11 +19,12 @@ import json
 import re
 from collections.abc import Sequence
 
-from frontend.parsers.tool.base import ToolParser, is_complete_json, partial_tag_overlap
+from frontend.parsers.text_so_far import TextSoFarToolParser
+from frontend.parsers.tool.base import is_complete_json, partial_tag_overlap
 from frontend.parsers.types import (
-    Delta,
     DeltaToolCall,
     ExtractedToolCalls,
+    ParsedDelta,
     ToolCall,
     make_tool_call_id,
 )
@@ -34,7 +35,7 @@ _NAME_RE = re.compile(r'"name"\s*:\s*"([^"]+)"')
 _ARGS_RE = re.compile(r'"arguments"\s*:\s*')
 
 
-class HermesToolParser(ToolParser):
+class HermesToolParser(TextSoFarToolParser):
     structural_tag_model = "hermes"
     supports_required_and_named = False
     keeps_special_tokens = "with_tools"
@@ -62,13 +63,13 @@ class HermesToolParser(ToolParser):
 
     def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
                           previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> Delta | None:
+                          delta_ids: Sequence[int]) -> ParsedDelta | None:
         try:
             return self._stream_step(current_text)
         except Exception:
             return None
 
-    def _stream_step(self, text: str) -> Delta | None:
+    def _stream_step(self, text: str) -> ParsedDelta | None:
         content = self._new_content(text)
         deltas: list[DeltaToolCall] = []
         for i, (body, complete) in enumerate(_partial_bodies(text)):
@@ -91,7 +92,7 @@ class HermesToolParser(ToolParser):
                 if piece:
                     deltas.append(DeltaToolCall(i, arguments=piece))
         if content or deltas:
-            return Delta(content=content, tool_calls=deltas)
+            return ParsedDelta(content=content, tool_calls=deltas)
         return None
 
     def _new_content(self, text: str) -> str | None:

@@ -20,11 +20,12 @@ from collections.abc import Sequence
 
 from frontend.parsers.json_partial import loads_partial
 from frontend.parsers.tokenizer import ParserTokenizer
-from frontend.parsers.tool.base import ToolParser, is_complete_json
+from frontend.parsers.text_so_far import TextSoFarToolParser
+from frontend.parsers.tool.base import is_complete_json
 from frontend.parsers.types import (
-    Delta,
     DeltaToolCall,
     ExtractedToolCalls,
+    ParsedDelta,
     ToolCall,
     make_tool_call_id,
 )
@@ -33,7 +34,7 @@ BOT = "<|python_tag|>"
 _DECODER = json.JSONDecoder()
 
 
-class Llama3JsonToolParser(ToolParser):
+class Llama3JsonToolParser(TextSoFarToolParser):
     structural_tag_model = "llama"
     supports_required_and_named = False
 
@@ -72,9 +73,9 @@ class Llama3JsonToolParser(ToolParser):
 
     def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
                           previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> Delta | None:
+                          delta_ids: Sequence[int]) -> ParsedDelta | None:
         if not (current_text.startswith(BOT) or current_text.startswith("{")):
-            return Delta(content=delta_text)
+            return ParsedDelta(content=delta_text)
         try:
             return self._stream_step(current_text)
         except Exception:
@@ -98,7 +99,7 @@ class Llama3JsonToolParser(ToolParser):
             calls.append(obj)
         return calls, complete
 
-    def _stream_step(self, text: str) -> Delta | None:
+    def _stream_step(self, text: str) -> ParsedDelta | None:
         calls, complete = self._parse_calls(text)
         if not calls:
             return None
@@ -112,7 +113,7 @@ class Llama3JsonToolParser(ToolParser):
                 if args:
                     piece = json.dumps(args, ensure_ascii=False)[
                         len(self.streamed_args_for_tool[self._current]):]
-                    delta = Delta(tool_calls=[DeltaToolCall(self._current, arguments=piece)])
+                    delta = ParsedDelta(tool_calls=[DeltaToolCall(self._current, arguments=piece)])
                     self.streamed_args_for_tool[self._current] += piece
             self._current = len(calls) - 1
             self._name_sent = False
@@ -121,7 +122,7 @@ class Llama3JsonToolParser(ToolParser):
         if not self._name_sent:
             name = current.get("name")
             if name:
-                delta = Delta(tool_calls=[DeltaToolCall(
+                delta = ParsedDelta(tool_calls=[DeltaToolCall(
                     self._current, id=make_tool_call_id(), type="function", name=name)])
                 self._name_sent = True
         else:
@@ -139,7 +140,7 @@ class Llama3JsonToolParser(ToolParser):
                         # Only what both parses agree on is final.
                         piece = _common_prefix(previous_json, args_json)[sent:]
                 if piece is not None:
-                    delta = Delta(tool_calls=[DeltaToolCall(self._current, arguments=piece)])
+                    delta = ParsedDelta(tool_calls=[DeltaToolCall(self._current, arguments=piece)])
                     self.streamed_args_for_tool[self._current] += piece
         self.prev_tool_call_arr = calls
         return delta

@@ -7,13 +7,13 @@ supported: the parser refuses a tokenizer without ``[ARGS]``.
 
 from __future__ import annotations
 
-from frontend.parsers.engine.mistral import TOOL_CALLS, MistralParser, is_supported_tokenizer
-from frontend.parsers.engine.parser import EngineParser
+from frontend.parsers.grammar.mistral import TOOL_CALLS, MistralParser, is_supported_tokenizer
+from frontend.parsers.grammar.parser import GrammarParser
 from frontend.parsers.tokenizer import ParserTokenizer
-from frontend.parsers.tool.engine_based import EngineToolParser
+from frontend.parsers.tool.grammar_based import GrammarToolParser
 
 
-class MistralToolParser(EngineToolParser):
+class MistralToolParser(GrammarToolParser):
     # The [TOOL_CALLS] format is parsed for "required"/named too.
     supports_required_and_named = False
     mistral_guided_schema = True
@@ -24,5 +24,5 @@ class MistralToolParser(EngineToolParser):
             raise ValueError(f"the mistral tool parser needs a v11+ Mistral tokenizer (with "
                              f"the {TOOL_CALLS} and [ARGS] tokens)")
 
-    def _make_engine(self, chat_template_kwargs: dict | None) -> EngineParser:
+    def make_grammar_parser(self, chat_template_kwargs: dict | None) -> GrammarParser:
         return MistralParser(self.tokenizer, self.tools, self.tool_choice)

@@ -19,11 +19,11 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from frontend.parsers.tool.base import ToolParser
+from frontend.parsers.text_so_far import TextSoFarToolParser
 from frontend.parsers.types import (
-    Delta,
     DeltaToolCall,
     ExtractedToolCalls,
+    ParsedDelta,
     ToolCall,
     make_tool_call_id,
 )
@@ -33,7 +33,7 @@ class _NotACall(Exception):
     """The text parses, but not as a list of calls with literal arguments."""
 
 
-class PythonicToolParser(ToolParser):
+class PythonicToolParser(TextSoFarToolParser):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -49,15 +49,15 @@ class PythonicToolParser(ToolParser):
 
     def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
                           previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> Delta | None:
+                          delta_ids: Sequence[int]) -> ParsedDelta | None:
         if not current_text.startswith("["):
-            return Delta(content=delta_text)
+            return ParsedDelta(content=delta_text)
         try:
             return self._stream_step(current_text)
         except Exception:
             return None
 
-    def _stream_step(self, text: str) -> Delta | None:
+    def _stream_step(self, text: str) -> ParsedDelta | None:
         closed = close_python(text)
         if closed is None:
             return None
@@ -87,9 +87,9 @@ class PythonicToolParser(ToolParser):
             # Read back by the end-of-stream logic: a call happened.
             self.prev_tool_call_arr = [{"arguments": {}}]
         if deltas:
-            return Delta(tool_calls=deltas)
+            return ParsedDelta(tool_calls=deltas)
         if not added and self._current_index > 0:
-            return Delta(content="")  # all calls done
+            return ParsedDelta(content="")  # all calls done
         return None
 
 

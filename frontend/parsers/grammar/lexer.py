@@ -1,4 +1,4 @@
-"""Text and token ids -> terminals, for the declarative parser engine.
+"""Text and token ids -> terminals, for the grammar parsers.
 
 Two stages, as in vLLM 0.32's parser engine:
 

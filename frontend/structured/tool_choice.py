@@ -10,6 +10,8 @@ request has a reasoning parser to serve or ``tool_choice != "none"``.  It may
   qwen3_coder), constrain tool calls with an xgrammar structural tag instead:
   for "required"/named choice, for "auto" when a tool has ``strict: true``,
   and when ``parallel_tool_calls`` is false.
+
+:func:`adjust_chat_request` applies it to a chat request's constraint.
 """
 
 from __future__ import annotations
@@ -17,11 +19,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from frontend.parsers.composite import named_tool
+from frontend.errors import ApiError, invalid
 from frontend.parsers.reasoning.base import ReasoningParser
-from frontend.parsers.schema import json_schema_from_tools
-from frontend.parsers.structural_tag import structural_tag_json
 from frontend.parsers.tool.base import ToolParser
+from frontend.parsers.types import named_tool
+from frontend.structured.request import Constraints
+from frontend.structured.rules import grammar_is_likely_lark
+from frontend.structured.structural_tag import output_format, structural_tag_json, tools_or_output
+from frontend.structured.tool_schema import (
+    ToolSchemaError,
+    json_schema_from_tools,
+    mistral_array_schema,
+)
+from frontend.structured.xgrammar_compat import xgrammar_error
+from protocol.structured import CONSTRAINTS
 
 
 @dataclass(slots=True)
@@ -33,9 +44,9 @@ class RequestAdjustment:
     # Set as the request's structured output (structural_tag, JSON text),
     # clearing response_format.
     structural_tag: str | None = None
-    # The tag's format.  Set with ``structural_tag`` None: vLLM would join the
-    # tag with the request's own structured output ("auto" with
-    # response_format/structured_outputs), which is not reproduced here.
+    # The tag's format.  Set with ``structural_tag`` None: vLLM joins the tag
+    # with the request's own structured output ("auto" with
+    # response_format/structured_outputs; see adjust_chat_request).
     structural_tag_model: str | None = None
 
 
@@ -52,7 +63,7 @@ def adjust_request(tool_parser: type[ToolParser] | None,
     ``has_structured_outputs``: the request sets ``structured_outputs``
     (vLLM's extension), ``structured_outputs_tag``: as a structural tag;
     ``response_format_type``: its ``response_format.type``.
-    Raises :class:`~frontend.parsers.schema.ToolSchemaError` (a 400) for
+    Raises :class:`~frontend.structured.tool_schema.ToolSchemaError` (a 400) for
     tools whose schema cannot be built.
     """
     out = RequestAdjustment()
@@ -103,20 +114,54 @@ def adjust_request(tool_parser: type[ToolParser] | None,
     return out
 
 
-def mistral_array_schema(tools: list[dict], tool_choice: Any) -> dict | None:
-    """vLLM's schema for Mistral "required"/named choice in Hugging Face
-    tokenizer mode: a bare ``[{"name", "arguments"}]`` array."""
-    name = named_tool(tool_choice)
-    chosen = [t for t in tools if name is None or (t.get("function") or {}).get("name") == name]
-    if not chosen:
-        return None  # vLLM logs a warning and adds no schema
-    extra = {"maxItems": 1} if name is not None else {}
-    any_of = [{
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "enum": [t["function"]["name"]]},
-            "arguments": t["function"].get("parameters") or {"type": "object"},
-        },
-        "required": ["name", "arguments"],
-    } for t in chosen]
-    return {"type": "array", "minItems": 1, **extra, "items": {"type": "object", "anyOf": any_of}}
+def adjust_chat_request(tool_parser: type[ToolParser] | None,
+                        reasoning_parser: type[ReasoningParser] | None, *,
+                        tools: list[dict] | None, tool_choice: Any,
+                        parallel_tool_calls: bool | None, response_format: Any,
+                        structured_outputs: Any, constraints: Constraints
+                        ) -> tuple[Constraints, bool | None]:
+    """:func:`adjust_request` for a chat request: its grammar constraint after
+    the adjustment, and the ``skip_special_tokens`` it forces (None: the
+    request's own). Raises ApiError (400) where vLLM refuses the tools."""
+    so_fields = constraints.structured_outputs or {}
+    rf_type = response_format.get("type") if isinstance(response_format, dict) else None
+    try:
+        adjustment = adjust_request(
+            tool_parser, reasoning_parser, tools=tools, tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
+            has_structured_outputs=structured_outputs is not None,
+            response_format_type=rf_type,
+            structured_outputs_tag=so_fields.get("structural_tag") is not None)
+    except ToolSchemaError as e:
+        raise invalid(str(e), e.param) from None
+    if adjustment.structural_tag is not None:
+        constraints = Constraints({"structural_tag": adjustment.structural_tag}, None)
+    elif adjustment.structural_tag_model is not None:
+        constraints = _tools_or_output(adjustment.structural_tag_model, tools or [],
+                                       parallel_tool_calls, constraints)
+    elif adjustment.json_schema is not None:
+        constraints = Constraints({"json": adjustment.json_schema}, None)
+    return constraints, adjustment.skip_special_tokens
+
+
+def _tools_or_output(model: str, tools: list[dict], parallel_tool_calls: bool | None,
+                     constraints: Constraints) -> Constraints:
+    """"auto" with strict tools and the request's own constraint: vLLM lets the
+    model either call a tool or write the constrained output, when xgrammar
+    can compile that constraint (else the constraint alone applies)."""
+    values = {**(constraints.structured_outputs or {}), **(constraints.override or {})}
+    kind = next((k for k in CONSTRAINTS if values.get(k) is not None), None)
+    if kind is None:
+        return constraints  # no constraint after all: resolve() reports it
+    spec = values[kind]
+    if spec and xgrammar_error(kind, spec) is not None:
+        return constraints
+    lark = kind == "grammar" and grammar_is_likely_lark(spec)
+    output = None if lark else output_format(kind, spec)
+    if output is None:  # vLLM converts these with xgrammar, which needs torch
+        what = "Lark grammar" if lark else kind
+        raise ApiError(f'tool_choice="auto" with `strict` tools and a {what} constraint at '
+                       "once is not supported by this frontend; drop `strict`, or use a "
+                       "JSON schema, regex, choice or EBNF grammar", param="tools")
+    return Constraints(
+        {"structural_tag": tools_or_output(model, tools, parallel_tool_calls, output)}, None)

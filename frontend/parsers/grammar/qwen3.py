@@ -22,8 +22,8 @@ import functools
 import json
 import re
 
-from frontend.parsers.engine.machine import Ev, Grammar, State
-from frontend.parsers.engine.parser import EngineParser
+from frontend.parsers.grammar.machine import Ev, Grammar, State
+from frontend.parsers.grammar.parser import GrammarParser
 from frontend.parsers.tokenizer import ParserTokenizer
 
 _PARAM_RE = re.compile(
@@ -98,7 +98,7 @@ def qwen3_grammar(thinking: bool) -> Grammar:
     )
 
 
-class Qwen3Parser(EngineParser):
+class Qwen3Parser(GrammarParser):
     """Qwen3's grammar; ``enable_thinking=False`` starts in content."""
 
     def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from frontend.parsers.engine.lexer import (
+from frontend.parsers.grammar.lexer import (
     CONTENT,
     DROP,
     IdTerminal,

@@ -1,6 +1,6 @@
 """Events -> reasoning, content and tool calls (vLLM 0.32's ``ParserEngine``).
 
-One :class:`EngineParser` serves either as a reasoning parser or as a tool
+One :class:`GrammarParser` serves either as a reasoning parser or as a tool
 parser (the composite runs two instances for a grammar that does both, as
 vLLM's adapters do).  Tool calls are tracked in slots: the name is sent once
 known, then argument pieces; grammars with non-JSON arguments (Qwen3's XML
@@ -13,14 +13,19 @@ import json
 import re
 from collections.abc import Sequence
 
-from frontend.parsers.engine.machine import Ev, Event, Grammar, Machine, State
-from frontend.parsers.schema import coerce_to_types, find_tool_properties, schema_types
+from frontend.parsers.grammar.machine import Ev, Event, Grammar, Machine, State
+from frontend.parsers.arguments import (
+    coerce_arguments,
+    find_tool_properties,
+    stable_prefix,
+    streamable_string_keys,
+)
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.types import (
     UNSET,
-    Delta,
     DeltaToolCall,
     ExtractedToolCalls,
+    ParsedDelta,
     ToolCall,
     make_tool_call_id,
 )
@@ -41,7 +46,7 @@ class _Slot:
 _NAME_RE = re.compile(r'"name"\s*:\s*"([^"]*)"')
 
 
-class EngineParser:
+class GrammarParser:
     """A grammar-driven parser for one choice's output."""
 
     def __init__(self, grammar: Grammar, tokenizer: ParserTokenizer,
@@ -107,7 +112,7 @@ class EngineParser:
     def _feed(self, delta_text: str, token_ids: Sequence[int]) -> list[Event]:
         return self._machine.feed(delta_text, token_ids)
 
-    def finish_streaming(self) -> Delta | None:
+    def finish_streaming(self) -> ParsedDelta | None:
         events = self._machine.finish()
         if events or self._deferred_content:
             return self._events_to_delta(events, finished=True)
@@ -133,7 +138,7 @@ class EngineParser:
         return reasoning or None, "".join(content_parts) or None
 
     def extract_reasoning_streaming(self, delta_text: str,
-                                    token_ids: Sequence[int]) -> Delta | None:
+                                    token_ids: Sequence[int]) -> ParsedDelta | None:
         self.initialize_streaming()
         return self._strip_trailing_reasoning(
             self._events_to_delta(self._feed(delta_text, token_ids)))
@@ -196,7 +201,7 @@ class EngineParser:
     def reasoning_tokens(self) -> int:
         return self._machine.reasoning_tokens
 
-    def _strip_trailing_reasoning(self, delta: Delta | None) -> Delta | None:
+    def _strip_trailing_reasoning(self, delta: ParsedDelta | None) -> ParsedDelta | None:
         """Hold back trailing whitespace of reasoning until more reasoning follows."""
         if not self.grammar.strip_trailing_reasoning_ws:
             return delta
@@ -222,7 +227,7 @@ class EngineParser:
         return info
 
     def extract_tool_calls_streaming(self, delta_text: str,
-                                     token_ids: Sequence[int]) -> Delta | None:
+                                     token_ids: Sequence[int]) -> ParsedDelta | None:
         self.initialize_streaming(State.CONTENT)
         return self._strip_trailing_reasoning(
             self._events_to_delta(self._feed(delta_text, token_ids)))
@@ -257,7 +262,7 @@ class EngineParser:
 
     # -- events -> delta -------------------------------------------------------------
 
-    def _events_to_delta(self, events: list[Event], finished: bool = False) -> Delta | None:
+    def _events_to_delta(self, events: list[Event], finished: bool = False) -> ParsedDelta | None:
         if not events and not self._deferred_content:
             return None
         tool_deltas: list[DeltaToolCall] = []
@@ -322,7 +327,7 @@ class EngineParser:
         reasoning = "".join(reasoning_parts)
         if not (content or tool_deltas or reasoning):
             return None
-        delta = Delta()
+        delta = ParsedDelta()
         if content:
             delta.content = content
         if reasoning:
@@ -344,7 +349,7 @@ class EngineParser:
         slot = self._slots[idx]
         slot.name = name
         slot.name_sent = True
-        slot.string_keys = _streamable_string_keys(find_tool_properties(self._tools, name))
+        slot.string_keys = streamable_string_keys(find_tool_properties(self._tools, name))
         self._ensure_tool_id(slot, name)
         deltas.append(DeltaToolCall(idx, id=slot.id, type="function", name=name,
                                     arguments=arguments))
@@ -398,7 +403,7 @@ class EngineParser:
             return None
         if slot.name:
             current = self._fix_arg_types(current, slot.name)
-        safe = _safe_arg_prefix(current, slot.string_keys)
+        safe = stable_prefix(current, slot.string_keys)
         previous = slot.streamed_json
         if not safe or safe == previous:
             return None
@@ -442,7 +447,7 @@ class EngineParser:
         properties = find_tool_properties(self._tools, name)
         if not properties:
             return args_json
-        if _coerce_dict(args, properties):
+        if coerce_arguments(args, properties):
             return json.dumps(args, ensure_ascii=False)
         return args_json
 
@@ -522,103 +527,3 @@ def _coalesce(deltas: list[DeltaToolCall]) -> list[DeltaToolCall]:
     if len(merged) == len(deltas):
         return deltas
     return list(merged.values())
-
-
-def _coerce_value(value: object, schema: dict) -> tuple[object, bool]:
-    if isinstance(value, str):
-        coerced = coerce_to_types(value, schema_types(schema))
-        return (coerced, True) if coerced is not value else (value, False)
-    if isinstance(value, dict):
-        nested = schema.get("properties")
-        if isinstance(nested, dict):
-            return value, _coerce_dict(value, nested)
-        return value, False
-    if isinstance(value, list):
-        items = schema.get("items")
-        if not isinstance(items, dict):
-            return value, False
-        changed = False
-        for i, item in enumerate(value):
-            coerced, item_changed = _coerce_value(item, items)
-            if item_changed:
-                value[i] = coerced
-                changed = True
-        return value, changed
-    coerced = coerce_to_types(json.dumps(value, ensure_ascii=False), schema_types(schema))
-    if type(coerced) is not type(value) or coerced != value:
-        return coerced, True
-    return value, False
-
-
-def _coerce_dict(args: dict, properties: dict) -> bool:
-    changed = False
-    for key, value in args.items():
-        prop = properties.get(key)
-        if not isinstance(prop, dict):
-            continue
-        coerced, value_changed = _coerce_value(value, prop)
-        if value_changed:
-            args[key] = coerced
-            changed = True
-    return changed
-
-
-def _streamable_string_keys(properties: dict) -> set[str] | None:
-    """Keys whose values stay strings (safe to stream before they close)."""
-    if not properties:
-        return None
-    return {key for key, schema in properties.items() if set(schema_types(schema)) == {"string"}}
-
-
-def _safe_arg_prefix(json_str: str, string_keys: set[str] | None) -> str:
-    """The prefix of a converted-arguments JSON object that cannot change.
-
-    Everything up to the last top-level value is stable; that value too if it
-    is an unterminated string of a string-typed key (streamed as it grows).
-    """
-    last_colon = -1
-    last_key: str | None = None
-    pending_key: str | None = None
-    in_string = escape = False
-    string_start = -1
-    depth = 0
-    for i, c in enumerate(json_str):
-        if escape:
-            escape = False
-        elif in_string:
-            if c == "\\":
-                escape = True
-            elif c == '"':
-                in_string = False
-                if depth == 1 and string_start >= 0:
-                    pending_key = json_str[string_start + 1:i]
-        elif c == '"':
-            in_string = True
-            string_start = i
-        elif c in "{[":
-            depth += 1
-        elif c in "}]":
-            depth -= 1
-        elif c == ":" and depth == 1:
-            last_colon = i
-            last_key = pending_key
-            pending_key = None
-    if last_colon < 0:
-        return ""
-    end = last_colon + 1
-    while end < len(json_str) and json_str[end] in " \t\n\r":
-        end += 1
-    if end >= len(json_str) or json_str[end] != '"':
-        return json_str[:end]
-    if string_keys is not None and last_key not in string_keys:
-        return json_str[:end]
-    escape = False
-    for i in range(end + 1, len(json_str)):
-        c = json_str[i]
-        if escape:
-            escape = False
-        elif c == "\\":
-            escape = True
-        elif c == '"':
-            return json_str[:i]
-    return json_str

@@ -1,7 +1,9 @@
-"""Tool schemas: vLLM's JSON schema for forced tool calls, and type coercion.
+"""Tool call arguments as the tool's schema types them.
 
-``tools`` are the request's tool dicts, ``[{"type": "function", "function":
-{"name", "description", "parameters", "strict"}}, ...]``.
+Grammars whose arguments are raw text (Qwen3's XML parameters) give string
+values; vLLM converts each to the first type of the parameter's schema it
+parses as (:func:`coerce_arguments`), and streams only the part of the
+converted JSON that can no longer change (:func:`stable_prefix`).
 """
 
 from __future__ import annotations
@@ -10,89 +12,13 @@ import json
 import math
 from typing import Any
 
-
-class ToolSchemaError(ValueError):
-    """A tool definition that cannot be turned into a schema (a 400)."""
-
-    def __init__(self, message: str, param: str = "tools") -> None:
-        super().__init__(message)
-        self.param = param
-
-
-def _function(tool: Any) -> dict[str, Any]:
-    function = tool.get("function") if isinstance(tool, dict) else None
-    return function if isinstance(function, dict) else {}
-
-
-def _params_or_empty_object(params: Any) -> Any:
-    # Empty or missing parameters still constrain arguments to an object.
-    return params if params else {"type": "object", "properties": {}}
-
-
-def json_schema_from_tools(tool_choice: Any, tools: list[dict] | None,
-                           parallel_tool_calls: bool | None = True) -> dict | None:
-    """The JSON schema that forces a tool call, as vLLM's ``get_json_schema_from_tools``.
-
-    ``tool_choice="required"``: an array of ``{"name", "parameters"}`` objects
-    (at most one when ``parallel_tool_calls`` is false); a named tool: that
-    tool's parameters schema; ``"auto"``/``"none"``: None.  Tools' ``$defs``
-    move to the top level of the array schema.
-    """
-    if tool_choice in ("none", None) or tools is None:
-        return None
-    if isinstance(tool_choice, dict):
-        name = _function(tool_choice).get("name")
-        by_name = {_function(t).get("name"): t for t in tools}
-        if name not in by_name:
-            raise ToolSchemaError(f"Tool '{name}' has not been passed in `tools`.", "tool_choice")
-        return _params_or_empty_object(_function(by_name[name]).get("parameters"))
-    if tool_choice != "required":
-        return None
-    if not tools:
-        raise ToolSchemaError("tool_choice requires a function call, but tools contains no "
-                              "function tool the model can call.", "tool_choice")
-    variants = []
-    all_defs: dict[str, Any] = {}
-    for tool in tools:
-        function = _function(tool)
-        name, params = function.get("name"), function.get("parameters")
-        if isinstance(params, dict) and "$defs" in params:
-            defs = params["$defs"]
-            params = {k: v for k, v in params.items() if k != "$defs"}
-            if not isinstance(defs, dict):
-                raise ToolSchemaError(f"`$defs` in the parameters of tool '{name}' must be an "
-                                      f"object, got {_py_type_name(defs)}.")
-            for def_name, def_schema in defs.items():
-                if def_name in all_defs and all_defs[def_name] != def_schema:
-                    raise ToolSchemaError(f"Tool definition '{def_name}' has multiple schemas, "
-                                          "which is not supported.")
-                all_defs[def_name] = def_schema
-            # A parameters object that held only $defs ends up empty, not defaulted.
-            parameters = params
-        else:
-            parameters = _params_or_empty_object(params)
-        variants.append({
-            "properties": {"name": {"type": "string", "enum": [name]},
-                           "parameters": parameters},
-            "required": ["name", "parameters"],
-        })
-    schema: dict[str, Any] = {"type": "array", "minItems": 1,
-                              "items": {"type": "object", "anyOf": variants}}
-    if parallel_tool_calls is False:
-        schema["maxItems"] = 1
-    if all_defs:
-        schema["$defs"] = all_defs
-    return schema
-
-
-def _py_type_name(value: Any) -> str:
-    return type(value).__name__
+from frontend.parsers.types import tool_function
 
 
 def find_tool_properties(tools: list[dict] | None, name: str) -> dict[str, Any]:
     """The named tool's ``parameters.properties`` ({} when unknown)."""
     for tool in tools or ():
-        function = _function(tool)
+        function = tool_function(tool)
         if function.get("name") == name:
             params = function.get("parameters") or {}
             properties = params.get("properties", {}) if isinstance(params, dict) else {}
@@ -200,3 +126,105 @@ def coerce_to_types(value: str, types: list[str]) -> Any:
     except ValueError:
         return value
     return parsed if _is_finite_json(parsed) else value
+
+
+def _coerce_value(value: object, schema: dict) -> tuple[object, bool]:
+    if isinstance(value, str):
+        coerced = coerce_to_types(value, schema_types(schema))
+        return (coerced, True) if coerced is not value else (value, False)
+    if isinstance(value, dict):
+        nested = schema.get("properties")
+        if isinstance(nested, dict):
+            return value, coerce_arguments(value, nested)
+        return value, False
+    if isinstance(value, list):
+        items = schema.get("items")
+        if not isinstance(items, dict):
+            return value, False
+        changed = False
+        for i, item in enumerate(value):
+            coerced, item_changed = _coerce_value(item, items)
+            if item_changed:
+                value[i] = coerced
+                changed = True
+        return value, changed
+    coerced = coerce_to_types(json.dumps(value, ensure_ascii=False), schema_types(schema))
+    if type(coerced) is not type(value) or coerced != value:
+        return coerced, True
+    return value, False
+
+
+def coerce_arguments(args: dict, properties: dict) -> bool:
+    """Convert ``args`` values in place to their ``properties``' schema types;
+    whether any changed."""
+    changed = False
+    for key, value in args.items():
+        prop = properties.get(key)
+        if not isinstance(prop, dict):
+            continue
+        coerced, value_changed = _coerce_value(value, prop)
+        if value_changed:
+            args[key] = coerced
+            changed = True
+    return changed
+
+
+def streamable_string_keys(properties: dict) -> set[str] | None:
+    """Keys whose values stay strings (safe to stream before they close)."""
+    if not properties:
+        return None
+    return {key for key, schema in properties.items() if set(schema_types(schema)) == {"string"}}
+
+
+def stable_prefix(json_str: str, string_keys: set[str] | None) -> str:
+    """The prefix of a converted-arguments JSON object that cannot change.
+
+    Everything up to the last top-level value is stable; that value too if it
+    is an unterminated string of a string-typed key (streamed as it grows).
+    """
+    last_colon = -1
+    last_key: str | None = None
+    pending_key: str | None = None
+    in_string = escape = False
+    string_start = -1
+    depth = 0
+    for i, c in enumerate(json_str):
+        if escape:
+            escape = False
+        elif in_string:
+            if c == "\\":
+                escape = True
+            elif c == '"':
+                in_string = False
+                if depth == 1 and string_start >= 0:
+                    pending_key = json_str[string_start + 1:i]
+        elif c == '"':
+            in_string = True
+            string_start = i
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+        elif c == ":" and depth == 1:
+            last_colon = i
+            last_key = pending_key
+            pending_key = None
+    if last_colon < 0:
+        return ""
+    end = last_colon + 1
+    while end < len(json_str) and json_str[end] in " \t\n\r":
+        end += 1
+    if end >= len(json_str) or json_str[end] != '"':
+        return json_str[:end]
+    if string_keys is not None and last_key not in string_keys:
+        return json_str[:end]
+    escape = False
+    for i in range(end + 1, len(json_str)):
+        c = json_str[i]
+        if escape:
+            escape = False
+        elif c == "\\":
+            escape = True
+        elif c == '"':
+            return json_str[:i]
+    return json_str

@@ -15,8 +15,8 @@ from __future__ import annotations
 import functools
 import json
 
-from frontend.parsers.engine.machine import Ev, Event, Grammar, State
-from frontend.parsers.engine.parser import EngineParser, _Slot
+from frontend.parsers.grammar.machine import Ev, Event, Grammar, State
+from frontend.parsers.grammar.parser import GrammarParser, _Slot
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.types import DeltaToolCall, make_mistral_tool_call_id
 
@@ -63,7 +63,7 @@ def is_supported_tokenizer(tokenizer: ParserTokenizer) -> bool:
     return TOOL_CALLS in tokenizer.vocab and ARGS in tokenizer.vocab
 
 
-class MistralParser(EngineParser):
+class MistralParser(GrammarParser):
     def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,
                  tool_choice: object = None) -> None:
         if not is_supported_tokenizer(tokenizer):
