@@ -55,6 +55,9 @@ class Engine(Protocol):
 
     def routable_ranks(self) -> list[int]: ...
 
+    def reject(self, reason: str, detail: str = "") -> None:
+        """Count and drop an output that must not be routed."""
+
 
 class TableObserver(Protocol):
     """Told about every request's life, once per engine step at most (metrics):
@@ -370,10 +373,15 @@ class Table:
             if observer:
                 observer.on_step(outs)
             weight_version = outs.weight_version
+            rank = outs.engine_index
             for out in outs.outputs:
                 choice = entries.get(out.request_id)
                 if choice is None:
-                    self._on_unknown_output(out, outs.engine_index)
+                    self._on_unknown_output(out, rank)
+                    continue
+                if choice.engine_index != rank:  # not the engine that runs it
+                    self.engine.reject("wrong_rank", f"rank {rank} sent an output for "
+                                       f"a request of rank {choice.engine_index}")
                     continue
                 group = choice.group
                 new_ids = out.new_token_ids
@@ -519,7 +527,10 @@ class Table:
         completes, when an abort cannot be sent yet: the request's next output
         asks again (marking it gone now would ignore that one)."""
         rid = out.request_id
-        if out.finish_reason is None and rid not in self._recently_gone:
+        if rid in self._recently_gone:
+            return  # aborted here: its last outputs were on their way
+        self.engine.reject("unknown_request", f"rank {rank}: {rid[:80]!r}")
+        if out.finish_reason is None:
             self._abort(rank, [rid])
 
     def _abort(self, rank: int, ids: list[str]) -> None:

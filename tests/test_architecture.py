@@ -21,7 +21,7 @@ PACKAGES = ("frontend", "protocol", "engine_core")
 LAYERS = [
     ("protocol",),
     ("frontend.bytelevel", "frontend.model", "frontend.text", "frontend.errors",
-     "frontend.chat_template", "frontend.engine_handshake", "frontend.engine_ranks",
+     "frontend.chat_template", "frontend.engine_rejections", "frontend.engine_handshake", "frontend.engine_ranks",
      "frontend.engine_client",
      "frontend.routing", "frontend.fanout", "frontend.render",
      "frontend.grammars", "frontend.structured_outputs", "frontend.parsers",

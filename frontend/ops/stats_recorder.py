@@ -114,7 +114,7 @@ class StatsRecorder:
                 parent = parents.get(c.prompt_index)
                 if parent is None:
                     parent = parents[c.prompt_index] = Parent(n)
-            requests[c.engine_id] = RequestStats(arrival, parent, lora)
+            requests[c.engine_id] = RequestStats(arrival, parent, lora, c.engine_index)
 
     def on_step(self, outs: wire.StepOutputs) -> None:
         index = outs.engine_index
@@ -137,8 +137,8 @@ class StatsRecorder:
         same = generated = computed = 0
         for out in outputs:
             rec = requests.get(out.request_id)
-            if rec is None:
-                continue  # finished or aborted here: vLLM ignores it too
+            if rec is None or rec.rank != index:
+                continue  # finished or aborted here (vLLM ignores it too), or not its rank
             generated += len(out.new_token_ids)
             if out.events is not None:
                 count_events(stats, rec, out.events)
@@ -169,7 +169,7 @@ class StatsRecorder:
             for out in outputs:
                 if out.num_nans_in_logits > 0:
                     rec = requests.get(out.request_id)
-                    if rec is not None:
+                    if rec is not None and rec.rank == index:
                         rec.corrupted = True
 
     def on_choice_finished(self, choice: "Choice") -> None:
