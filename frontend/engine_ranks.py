@@ -19,9 +19,12 @@ a connection that claims a serving rank's identity never replaces it.
 A rank is lost when
 * it dies: its connection drops (the link's socket monitor) and it stays
   unreachable for ``DISCONNECT_GRACE_S`` (a send to its identity fails with
-  ROUTER_MANDATORY); or, after an ENGINE_CORE_DEAD (a bare frame that names no
-  rank: anyone could have sent it) or a HELLO as a rank that is attached, it
-  does not answer a utility call within ``CONFIRM_S``;
+  ROUTER_MANDATORY); or, after a disconnect, an ENGINE_CORE_DEAD (a bare frame
+  that names no rank: anyone could have sent it) or a HELLO as a rank that is
+  attached, it does not answer a utility call within ``CONFIRM_S`` from the
+  address it registered from (whoever took its identity when its connection
+  dropped does not count; a rank back after its grace is not routed to until
+  it answers);
 * it stalls: it has work but sends nothing for ``stall_timeout`` seconds; it
   is routed to again as soon as it sends anything.
 Each loss is reported to ``on_rank_lost``: only that rank's requests fail.
@@ -87,11 +90,14 @@ class Rank:
         self.hello_seen = 0.0   # the latest HELLO of this rank this process acted on
         self.hello_used = 0.0   # the HELLO its accepted registration followed
         self.confirming = False  # a utility call asks whether it still lives
+        self.hello_to_confirm = False  # ... after a HELLO as it
+        self.reconnected = False  # its connection came back: is it its engine's?
 
     @property
     def routable(self) -> bool:
-        """Takes new requests: attached, not stalled, not unreachable (in its grace)."""
-        return self.alive and not self.stalled and self.grace is None
+        """Takes new requests: attached, not stalled, not unreachable (in its
+        grace), not back on a connection that has yet to prove it is the engine's."""
+        return self.alive and not self.stalled and self.grace is None and not self.reconnected
 
 
 class Link(Protocol):
@@ -235,7 +241,7 @@ class RankLiveness:
             return
         rank.hello_seen = said
         if rank.alive and rank.grace is None:
-            self._confirm(rank)
+            self._confirm(rank, hello=True)
         self.update_handover()
 
     def update_handover(self) -> None:
@@ -297,6 +303,7 @@ class RankLiveness:
             self.lose(rank, "the engine rank restarted")
         self._cancel_grace(rank)
         rank.ready, rank.alive, rank.stalled, rank.death_reason = ready, True, False, None
+        rank.reconnected = False
         rank.last_heard = time.monotonic()
         log.info("engine rank %d attached: vLLM %s, max_model_len %d, dtype %s, "
                  "max_num_seqs %d", rank.index, ready.vllm_version, ready.max_model_len,
@@ -374,34 +381,60 @@ class RankLiveness:
             self._reject("false_engine_dead", f"{frames} ENGINE_CORE_DEAD frame(s) while "
                          "every attached rank still answers", count=frames)
 
-    def _confirm(self, rank: Rank) -> None:
-        """A HELLO as ``rank``, which is attached: lost if it does not answer in
-        time (its engine restarted), else the HELLO is someone else's."""
-        if rank.confirming:
+    def _confirm(self, rank: Rank, hello: bool = False) -> None:
+        """Does ``rank``'s engine still answer? Asked after a HELLO as the rank
+        (its engine restarted, or someone else speaks for it) and after a
+        disconnect (its connection may have dropped and someone else taken its
+        identity at once). Lost if no answer comes in time from the address it
+        registered from; it is routed to meanwhile."""
+        rank.hello_to_confirm |= hello
+        if rank.confirming:  # the answer on its way answers this too
             return
         rank.confirming = True
 
         async def confirm() -> None:
             try:
-                answered = await self._link.probe(rank, CONFIRM_S, lambda: not rank.alive)
+                peer = await self._link.probe(rank, CONFIRM_S, lambda: not rank.alive)
             finally:
                 rank.confirming = False
-            if answered is not None:
-                self._reject("live_rank_hello", f"a HELLO as engine rank {rank.index}, "
-                             "whose engine still answers")
-            elif rank.alive:
+            hello, rank.hello_to_confirm = rank.hello_to_confirm, False
+            if not rank.alive:
+                return
+            if self._is_engine(rank, peer):
+                if hello:
+                    self._reject("live_rank_hello", f"a HELLO as engine rank {rank.index}, "
+                                 "whose engine still answers")
+            elif hello:
                 self.lose(rank, f"engine rank {rank.index} said HELLO again and the "
                           "attached engine does not answer (a new engine replaces it)")
+            else:
+                self.lose(rank, "the engine's connection closed (what holds its identity "
+                          "does not answer as the engine)")
 
         self._spawn(confirm())
+
+    def _is_engine(self, rank: Rank, peer: str | None) -> bool:
+        """A probe of ``rank`` was answered (``peer``: from where) by its engine."""
+        if peer is None:
+            return False
+        if rank.peer and peer and peer != rank.peer:
+            self._reject("wrong_peer", f"rank {rank.index}'s probe was answered from "
+                         f"{peer}, but it registered from {rank.peer}")
+            return False
+        return True
 
     def disconnected(self) -> None:
         """A peer of the link's sockets disconnected: probe once the socket has
         noticed the closed peer (it does when it next processes its commands,
-        at the latest on the next send)."""
+        at the latest on the next send). Reachable is not enough: whoever
+        connected as a rank the moment its engine's connection dropped holds
+        its identity, so each attached rank's engine must also answer."""
         loop = asyncio.get_running_loop()
         for delay in DISCONNECT_CHECKS_S:
             loop.call_later(delay, self.check)
+        for rank in self.ranks:
+            if rank.alive:
+                self._confirm(rank)
 
     def check(self) -> None:
         """Probe every attached rank: one that cannot be reached gets a grace period."""
@@ -416,9 +449,30 @@ class RankLiveness:
 
     def _grace_over(self, rank: Rank) -> None:
         rank.grace = None
-        if rank.alive and not self._link.reachable(rank):
+        if not rank.alive:
+            return
+        if not self._link.reachable(rank):
             died = time.monotonic() - self._dead_heard < CONFIRM_S
             self.lose(rank, DEAD_REASON if died else "the engine's connection closed")
+            return
+        # Something holds the identity again: the engine reconnected, or anyone
+        # who connected as it meanwhile. Routed to again only once its engine
+        # answers a utility call from the address it registered from.
+        rank.reconnected = True
+        self._spawn(self._confirm_reconnect(rank))
+
+    async def _confirm_reconnect(self, rank: Rank) -> None:
+        try:
+            peer = await self._link.probe(rank, CONFIRM_S, lambda: not rank.alive)
+        finally:
+            rank.reconnected = False
+        if not rank.alive:
+            return
+        if self._is_engine(rank, peer):
+            log.info("engine rank %d reconnected", rank.index)
+            return
+        self.lose(rank, "the engine's connection closed (what connected again as "
+                  "it does not answer as the engine)")
 
     def _cancel_grace(self, rank: Rank) -> None:
         if rank.grace is not None:
@@ -462,7 +516,12 @@ class RankLiveness:
     def _spawn(self, coro) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("engine rank check failed", exc_info=task.exception())
 
     def close(self) -> None:
         for rank in self.ranks:
