@@ -13,6 +13,7 @@ import time
 import pytest
 
 from frontend import engine_ranks
+from frontend.engine_client import EngineAddresses, beyond_loopback, derive_addresses
 from frontend.engine_ranks import RankLiveness
 from frontend.engine_rejections import LOG_EVERY_S, REASONS, Rejections
 from protocol import handshake as hs
@@ -28,13 +29,18 @@ class FakeLink:
         self.answers: dict[int, str | None] = {}  # rank -> the answering address
         self.handover: list[bool] = []
         self.probed: list[int] = []
+        self.unreachable: set[int] = set()
+        self.answer_now = asyncio.Event()  # probes wait for it when ``hold`` is set
+        self.hold = False
 
     def reachable(self, rank) -> bool:
-        return True
+        return rank.index not in self.unreachable
 
     async def probe(self, rank, timeout, give_up) -> str | None:
         self.probed.append(rank.index)
         await asyncio.sleep(0)
+        if self.hold:
+            await self.answer_now.wait()
         return self.answers.get(rank.index)
 
     def set_handover(self, on: bool) -> None:
@@ -166,6 +172,52 @@ def test_a_hello_as_a_serving_rank_asks_it_first():
     run(go)
 
 
+def attached(live: RankLiveness, peers: list[str]) -> None:
+    for rank, peer in enumerate(peers):
+        say_hello(live, rank)
+        live.register(hs.engine_identity(rank), hs.encode_ready_response(READY), peer)
+
+
+def test_a_disconnect_asks_every_rank_whether_its_engine_still_answers():
+    """Reachable is not enough after a disconnect: a stranger may hold the
+    identity of an engine whose connection dropped at that moment."""
+    async def go():
+        link = FakeLink()
+        live, lost, rejected = liveness(link, dp=3)
+        attached(live, ["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+        link.answers = {0: "10.0.0.1", 1: None, 2: "10.6.6.6"}
+        live.disconnected()
+        await asyncio.sleep(0.01)
+        assert live.ranks[0].alive and not live.ranks[1].alive and not live.ranks[2].alive
+        assert all("does not answer as the engine" in why for _, why in lost)
+        assert rejected.counts == {"wrong_peer": 1}
+        live.close()
+    run(go)
+
+
+def test_a_rank_back_after_its_grace_is_routed_to_once_its_engine_answers(monkeypatch):
+    monkeypatch.setattr(engine_ranks, "DISCONNECT_GRACE_S", 0.01)
+
+    async def go():
+        link = FakeLink()
+        live, lost, _ = liveness(link, dp=2)
+        attached(live, ["10.0.0.1", "10.0.0.2"])
+        link.answers = {0: "10.0.0.1", 1: "10.0.0.2"}
+        link.hold = True
+        link.unreachable = {0, 1}
+        live.check()
+        assert live.routable_ranks() == []  # in their grace
+        link.unreachable = set()  # something holds both identities again
+        await asyncio.sleep(0.05)
+        assert live.routable_ranks() == [] and all(r.alive for r in live.ranks)
+        link.answers[1] = None  # rank 1's identity is held by a stranger
+        link.answer_now.set()
+        await asyncio.sleep(0.01)
+        assert live.routable_ranks() == [0] and [i for i, _ in lost] == [1]
+        live.close()
+    run(go)
+
+
 def test_engine_core_dead_is_believed_only_when_a_rank_stops_answering():
     async def go():
         link = FakeLink()
@@ -229,3 +281,18 @@ def test_state_files_of_earlier_versions_still_load(tmp_path):
     path.write_bytes(hs.encode_ready_response(READY))  # the single-engine file
     state = engine_ranks.StateFile(str(path), 1).load()
     assert state.ranks == {0: READY} and state.peers == {}
+
+
+def test_engine_ports_listen_only_where_the_engines_connect():
+    for flag, args in (("--engine-addr", ("tcp://0.0.0.0:5000",)),
+                       ("--engine-addr", ("tcp://*:5000",)),
+                       ("--engine-input-addr", ("tcp://127.0.0.1:5000", "tcp://[::]:6000")),
+                       ("--engine-output-addr", ("tcp://127.0.0.1:5000", None, "tcp://0.0.0.0:6000"))):
+        with pytest.raises(ValueError, match=flag):
+            derive_addresses(*args)
+    assert beyond_loopback(derive_addresses("tcp://127.0.0.1:5000")) == []
+    assert beyond_loopback(derive_addresses("ipc:///run/engine")) == []
+    assert beyond_loopback(EngineAddresses("tcp://localhost:1", ["tcp://[::1]:2"],
+                                           ["ipc:///x"])) == []
+    assert beyond_loopback(derive_addresses("tcp://10.0.0.5:5000")) == [
+        "tcp://10.0.0.5:5000", "tcp://10.0.0.5:5001", "tcp://10.0.0.5:5002"]

@@ -86,11 +86,24 @@ RUNS: dict[str, tuple[str, list[str], str]] = {
                   "The same against a real engine, smaller, with at most 16 tokens a "
                   "request: the engine must be alive and idle afterwards (an invalid "
                   "request that reached it would have killed its input thread)."),
+    "fuzz-link-mock": ("tools.fuzz_link", ["--engine", "mock", "--frames", "50000"],
+                       "Rogue sockets on the frontend's three engine ports (handshake, "
+                       "input, output; made again every 300 frames) send 50,000 frames at "
+                       "up to 1,000 a second: HELLO and READY as the engine's rank, as ranks "
+                       "that do not exist and as nobody, empty frames and ready responses on "
+                       "the input port, ENGINE_CORE_DEAD, outputs for requests nobody sent, "
+                       "utility replies nobody asked for, random bytes and mutated valid "
+                       "messages, while 8 clients stream 128-token completions one after "
+                       "another (mock engine, 5 ms steps)."),
+    "fuzz-link-real": ("tools.fuzz_link", ["--engine", "real", "--frames", "20000",
+                                           "--max-tokens", "64", "--streams", "4"],
+                       "The same against a real engine: 20,000 frames while 4 clients "
+                       "stream 64-token completions."),
 }
 SECTIONS = [("Soak", ["soak-mock", "soak-real"]),
             ("Chaos", ["chaos-engine-kill", "chaos-frontend-kill", "chaos-engine-stall",
                        "chaos-idle-connections"]),
-            ("Fuzzing", ["fuzz-mock", "fuzz-real"])]
+            ("Fuzzing", ["fuzz-mock", "fuzz-real", "fuzz-link-mock", "fuzz-link-real"])]
 INTRO = """# Reliability
 
 Soak, chaos and fuzzing runs of this frontend, each a table: the command,
@@ -199,6 +212,15 @@ def summary_table() -> str:
                 f"5xx, {s['bad_error_shapes']} 4xx not in OpenAI's shape; engine alive "
                 f"{s['after']['engine_alive']}, idle {s['after']['idle']}")
 
+    def fuzz_link(s: dict) -> str:
+        f, c, a = s["frames"], s["clients"], s["after"]
+        return (f"{sum(f.values()):,} rogue frames (handshake {f['handshake']:,}, input "
+                f"{f['input']:,}, output {f['output']:,}): {c['completed']}/{c['requests']} "
+                f"client requests completed, {sum(s['rejected'].values()):,} messages "
+                f"rejected; /health not 200 {s['watch']['health_not_200']} times; frontend "
+                f"alive {a['frontend_alive']}, engine alive {a['engine_alive']} and "
+                f"attached {a['rank_serving']}")
+
     def stall(s: dict) -> str:
         if s["detector"]:
             return (f"SIGSTOP → /health 503 in {s['stop_to_health_503_s']} s, "
@@ -210,6 +232,7 @@ def summary_table() -> str:
 
     figures = {
         "soak-mock": soak, "soak-real": soak, "fuzz-mock": fuzz, "fuzz-real": fuzz,
+        "fuzz-link-mock": fuzz_link, "fuzz-link-real": fuzz_link,
         "chaos-engine-stall": stall,
         "chaos-engine-kill": lambda s: (
             f"{s['streams_ended_with_error_and_done']}/{s['streams']} streams ended with an "
