@@ -35,6 +35,7 @@ from frontend.ops.metrics import Metrics
 from frontend.ops.service_metrics import ServiceMetrics
 from frontend.ops.stats_recorder import StatsRecorder, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
+from frontend.ops.vllm_flags import RecordedFlags
 from frontend.parsers import ChatParsers
 from frontend.render import Renderer
 from frontend.routing import Router
@@ -50,7 +51,7 @@ GC_THRESHOLDS = (50_000, 50, 100)
 
 @dataclass
 class ServerConfig:
-    host: str = "127.0.0.1"
+    host: str = "0.0.0.0"
     port: int = 8000
     engine_ready_timeout: float = 600.0
     shutdown_timeout: float = 30.0
@@ -72,6 +73,9 @@ class ServerConfig:
     lora_modules: list[LoRAModulePath] = field(default_factory=list)
     require_lora: bool = False  # --enable-lora: the engine must support LoRA
     parsers: ChatParsers | None = None  # tool-call and reasoning parsers
+    # The vllm serve flags given that the frontend does not act on (engine
+    # flags: their values, e.g. for vllm:cache_config_info).
+    vllm_flags: RecordedFlags = field(default_factory=RecordedFlags)
 
 
 class Server:

@@ -20,7 +20,8 @@ PACKAGES = ("frontend", "protocol", "engine_core")
 # Bottom to top; a module may import only from its own layer or those below.
 LAYERS = [
     ("protocol",),
-    ("frontend.bytelevel", "frontend.model", "frontend.text", "frontend.errors",
+    ("frontend.bytelevel", "frontend.hub", "frontend.tokenizers", "frontend.model",
+     "frontend.text", "frontend.errors",
      "frontend.chat_template", "frontend.engine_rejections", "frontend.engine_handshake", "frontend.engine_ranks",
      "frontend.engine_client",
      "frontend.routing", "frontend.fanout", "frontend.render",

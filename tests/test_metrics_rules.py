@@ -61,7 +61,7 @@ class Harness:
                **fields) -> Group:
         req = CompletionRequest(model="tiny", prompt="x", max_tokens=max_tokens, n=n,
                                 **fields)
-        params = build_sampling_params(self.model, msgspec.structs.asdict(req),
+        params = build_sampling_params(self.model, req.to_sampling_fields(),
                                        max_tokens=max_tokens, stream=False)
         group = Group("cmpl-test", stream=False)
         for p, ids in enumerate(prompts):

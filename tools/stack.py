@@ -86,7 +86,7 @@ class Stack:
         """A frontend on the same HTTP port, engine addresses and state file."""
         argv = [str(procs.BIN_DIR / "frontend"), "--engine-addr", self.engine_addr,
                 "--model", str(self.model_dir), "--served-model-name", SERVED_NAME,
-                "--port", str(self.port), "--enable-debug-endpoints",
+                "--host", "127.0.0.1", "--port", str(self.port), "--enable-debug-endpoints",
                 "--engine-state-file", str(self.workdir / "engine.state"),
                 *self.frontend_args, *extra]
         self.starts["frontend"] += 1

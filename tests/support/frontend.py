@@ -43,7 +43,7 @@ class FrontendProcess:
 
     def __init__(self, engine_addr: str, model_dir: Path, workdir: Path, *extra_args: str,
                  state_file: Path | None = None, port: int | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, argv: list[str] | None = None) -> None:
         self.engine_addr = engine_addr
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -51,9 +51,11 @@ class FrontendProcess:
         self.log_path = workdir / f"frontend-{self.port}-{time.monotonic_ns()}.log"
         self.command = [
             str(BIN_DIR / "frontend"), "--engine-addr", engine_addr, "--model", str(model_dir),
-            "--served-model-name", SERVED_NAME, "--port", str(self.port),
+            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(self.port),
             "--engine-state-file", str(self.state_file), "--enable-debug-endpoints",
             *extra_args]
+        if argv is not None:  # a whole command line of the caller's (and the port)
+            self.command = [str(BIN_DIR / "frontend"), *argv, "--port", str(self.port)]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.command, cwd=REPO_ROOT, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,
@@ -128,9 +130,10 @@ class RealStack:
     def url(self) -> str:
         return self.frontend.url
 
-    def _start(self, *extra_args: str, env: dict[str, str] | None = None) -> FrontendProcess:
+    def _start(self, *extra_args: str, env: dict[str, str] | None = None,
+               argv: list[str] | None = None) -> FrontendProcess:
         fe = FrontendProcess(self.engine.handshake_addr, self.model_dir, self.workdir,
-                             *extra_args, state_file=self.state_file, env=env)
+                             *extra_args, state_file=self.state_file, env=env, argv=argv)
         try:
             fe.wait_healthy()
         except Exception:
@@ -139,11 +142,14 @@ class RealStack:
         return fe
 
     @contextlib.contextmanager
-    def restarted(self, *extra_args: str, env: dict[str, str] | None = None
-                  ) -> Iterator[FrontendProcess]:
-        """A frontend with other flags on the same engine (re-attached), then back."""
+    def restarted(self, *extra_args: str, env: dict[str, str] | None = None,
+                  argv: list[str] | None = None) -> Iterator[FrontendProcess]:
+        """A frontend with other flags on the same engine (re-attached), then back.
+        ``argv``: a whole command line instead of the usual one plus ``extra_args``
+        (it must re-attach by itself: its --engine-state-file, or this stack's
+        state file where the frontend looks by default)."""
         self.frontend.stop()
-        fe = self._start(*extra_args, env=env)
+        fe = self._start(*extra_args, env=env, argv=argv)
         try:
             yield fe
         finally:

@@ -31,8 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-import msgspec
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from frontend import structured_outputs as so  # noqa: E402
@@ -126,9 +124,8 @@ def setup(model, prompts: list[str], streams: int, max_tokens: int, route: str =
                                     temperature=0.0, stream=True, ignore_eos=True)
             group = Group(f"cmpl-{i}", stream=True)
         ids = model.encode(prompt)
-        fields = msgspec.structs.asdict(req)
-        fields["logprobs"] = None  # chat's is a flag; no logprobs either way
-        params = build_sampling_params(model, fields, max_tokens=max_tokens, stream=True)
+        params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=max_tokens,
+                                       stream=True)
         choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                                   params=params)
         table.submit(group)

@@ -154,8 +154,6 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
 
     Each figure is the best of ``repeats`` runs.
     """
-    import msgspec
-
     from frontend.fanout import Group, Table
     from frontend.model import load_model_info
     from frontend.openai.completions import CompletionRequest
@@ -169,7 +167,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     limits = ModelLimits(vocab_size=model.vocab_size, max_model_len=MAX_MODEL_LEN,
                          max_logprobs=20)
     req = CompletionRequest(prompt="x", max_tokens=tokens, ignore_eos=True, stream=True)
-    params = build_sampling_params(model, msgspec.structs.asdict(req), max_tokens=tokens,
+    params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=tokens,
                                    stream=True)
     prompt = [10 + j for j in range(16)]
     token_ids = [100 + (7 * i) % 900 for i in range(tokens)]
