@@ -369,6 +369,7 @@ class Table:
         touched: dict[int, Group] = {}
         entries = self.entries
         observer = self.observer
+        several_ranks = len(self.router.ranks) > 1  # (one rank: the link checked the index)
         for outs in batch:
             if observer:
                 observer.on_step(outs)
@@ -379,7 +380,7 @@ class Table:
                 if choice is None:
                     self._on_unknown_output(out, rank)
                     continue
-                if choice.engine_index != rank:  # not the engine that runs it
+                if several_ranks and choice.engine_index != rank:  # not its engine
                     self.engine.reject("wrong_rank", f"rank {rank} sent an output for "
                                        f"a request of rank {choice.engine_index}")
                     continue

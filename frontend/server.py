@@ -104,7 +104,7 @@ class Server:
             recorder = StatsRecorder(
                 lambda: self.state.max_model_len, kv_cache_metrics=config.ops.kv_cache_metrics,
                 count_nans=compute_nans_in_logits(),
-                bucket_overrides=config.ops.custom_histogram_buckets)
+                bucket_overrides=config.ops.custom_histogram_buckets, data_parallel_size=dp)
             recorder.tracer = tracer
         self.table = Table(self.engine, model, self._model_limits, self.router,
                            observer=recorder, client_index=client,

@@ -62,8 +62,11 @@ class StatsRecorder:
 
     def __init__(self, max_model_len: Callable[[], int], *, kv_cache_metrics: bool = False,
                  count_nans: bool = False,
-                 bucket_overrides: dict[str, list[float]] | None = None) -> None:
+                 bucket_overrides: dict[str, list[float]] | None = None,
+                 data_parallel_size: int = 1) -> None:
         self._max_model_len = max_model_len
+        # With one rank the link has checked every output's engine_index.
+        self._several_ranks = data_parallel_size > 1
         self._bucket_overrides = bucket_overrides or {}
         self._bounds: dict[str, tuple[float, ...]] | None = None
         self.kv_cache_metrics = kv_cache_metrics
@@ -135,9 +138,10 @@ class StatsRecorder:
         hists = stats.histograms
         prev = self._prev_ts.get(index, NAN)
         same = generated = computed = 0
+        several_ranks = self._several_ranks
         for out in outputs:
             rec = requests.get(out.request_id)
-            if rec is None or rec.rank != index:
+            if rec is None or several_ranks and rec.rank != index:
                 continue  # finished or aborted here (vLLM ignores it too), or not its rank
             generated += len(out.new_token_ids)
             if out.events is not None:
