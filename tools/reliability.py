@@ -94,7 +94,11 @@ RUNS: dict[str, tuple[str, list[str], str]] = {
                        "the input port, ENGINE_CORE_DEAD, outputs for requests nobody sent, "
                        "utility replies nobody asked for, random bytes and mutated valid "
                        "messages, while 8 clients stream 128-token completions one after "
-                       "another (mock engine, 5 ms steps)."),
+                       "another (mock engine, 5 ms steps). Fewer messages are rejected "
+                       "than sent: what a rogue sends on the input port as the engine's "
+                       "identity never reaches the frontend (ZMQ refuses that connection "
+                       "while the engine holds it), and the HELLOs as the engine's rank "
+                       "during one check of the engine count once."),
     "fuzz-link-real": ("tools.fuzz_link", ["--engine", "real", "--frames", "20000",
                                            "--max-tokens", "64", "--streams", "4"],
                        "The same against a real engine: 20,000 frames while 4 clients "
