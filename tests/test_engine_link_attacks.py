@@ -160,13 +160,13 @@ def test_an_empty_frame_on_the_input_port_does_not_detach_the_engine(stack, rogu
         strangers = [rogue.dealer(rogue.input, identity) for identity in (b"\x01\x00", None)]
         for sock in strangers:
             sock.send(b"")
+        assert user.is_alive(), "the stream ended before the attack: make it longer"
         # The strangers' frames reach the frontend, are counted and dropped; the
         # one as rank 0 is not even delivered: rank 0's route is the engine's.
         wait_rejected(url, before, unknown_rank=2)
         for sock in (as_rank_0, *strangers):
             sock.close()
         serving_throughout(url)
-        assert user.is_alive(), "the stream ended during the attack: make it longer"
     user.complete()
     assert completion(url, {"prompt": "Hello", "max_tokens": 4})["usage"]["completion_tokens"] == 4
 
@@ -187,10 +187,10 @@ def test_a_second_connection_claiming_a_serving_rank_never_replaces_it(stack, ro
         claim.send(hs.encode_ready_response(hs.ReadyResponse(
             max_model_len=7, vllm_version="0.32.0")))
         shake.send(hs.encode_status("READY"))
+        assert user.is_alive(), "the stream ended before the attack: make it longer"
         # The engine answers the question a HELLO as a serving rank raises.
         wait_rejected(url, before, live_rank_hello=1)
         serving_throughout(url)
-        assert user.is_alive(), "the stream ended during the attack: make it longer"
     user.complete()
     # Requests still reach the engine, not the rogue; the context is the engine's.
     assert completion(url, {"prompt": "Hello", "max_tokens": 4})["usage"]["completion_tokens"] == 4
@@ -215,10 +215,10 @@ def test_garbage_and_forged_outputs_on_the_output_port(stack, rogue):
             wire.encode_outputs(wire.utility_reply(12345, ["generate"])),
         ):
             push.send_multipart(frames)
+        assert user.is_alive(), "the stream ended before the attack: make it longer"
         wait_rejected(url, before, false_engine_dead=1, malformed=3, unknown_request=1,
                       unknown_rank=1, unexpected_utility=1)
         serving_throughout(url)
-        assert user.is_alive(), "the stream ended during the attack: make it longer"
     user.complete()
 
 
