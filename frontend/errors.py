@@ -1,5 +1,6 @@
 """Every error a client sees, in OpenAI's (and vLLM's) shape:
-``{"error": {"message", "type", "param", "code"}}``.
+``{"error": {"message", "type", "param", "code"}}``; only requests that no
+route takes get Starlette's ``{"detail": ...}``, as from vLLM's server.
 
 One payload builder (:func:`error_payload`) serves the three ways an error
 leaves the frontend: a JSON response (:func:`error_response`, also what the
@@ -108,12 +109,25 @@ def not_found_model(name: str, valid: list[str]) -> ApiError:
 
 
 def from_http_exception(e: web.HTTPException) -> ApiError:
-    """aiohttp's own errors (no route: 404, wrong method: 405, body too large: 413) as
-    vLLM's exception handler shapes FastAPI's: the status phrase as message and type."""
+    """aiohttp's own errors (body too large: 413) as vLLM's exception handler
+    shapes FastAPI's: the status phrase as message and type."""
     phrase = HTTPStatus(e.status).phrase
     if e.status == 413:
         return ApiError(e.text or "Request body too large", 413, "RequestEntityTooLarge")
     return ApiError(phrase, e.status, phrase)
+
+
+def unmatched_response(e: web.HTTPException) -> web.Response:
+    """No route (404) or not this method (405), as vLLM's server answers them:
+    Starlette's default ``{"detail": <status phrase>}``, since vLLM's handler
+    covers FastAPI's HTTPException only, which the router's are not; a 405
+    lists the route's methods in ``Allow``, joined with Starlette's ", "."""
+    headers = None
+    if isinstance(e, web.HTTPMethodNotAllowed):
+        headers = {"Allow": ", ".join(sorted(e.allowed_methods))}
+    body = _json.encode({"detail": HTTPStatus(e.status).phrase})
+    return web.Response(status=e.status, body=body, content_type="application/json",
+                        headers=headers)
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
@@ -138,8 +152,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as e:
         if e.status < 400:
             raise
-        allow = e.headers.get("Allow")
-        return error_response(from_http_exception(e), {"Allow": allow} if allow else None)
+        if e is request.match_info.http_exception:  # the router's: no route, no method
+            return unmatched_response(e)
+        return error_response(from_http_exception(e))
     except ConnectionError:
         # The client went away while we wrote (a stream's start or end, most
         # often): nothing to report. aiohttp would log a traceback for a raised

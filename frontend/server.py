@@ -37,6 +37,8 @@ from frontend.ops.stats_recorder import StatsRecorder, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
 from frontend.ops.vllm_flags import RecordedFlags
 from frontend.parsers import ChatParsers
+from frontend.pooling.model import engine_tasks
+from frontend.pooling.routes import pooling_routes
 from frontend.render import Renderer
 from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
@@ -116,12 +118,14 @@ class Server:
                                             slot=client)
         service = (ServiceMetrics(config.metrics_dir, client)
                    if config.metrics_dir is not None else None)
-        self.metrics = Metrics(self.state, self.limits, recorder, service)
+        self.metrics = Metrics(self.state, self.limits, recorder, service,
+                               cache_flags=config.vllm_flags.cache_config())
         self.runner: web.AppRunner | None = None
         self._limits_for: object = object()  # the ReadyResponse _limits was built for
         self._limits: ModelLimits | None = None
         self._stopped = asyncio.Event()
         self._lora_restore: asyncio.Task | None = None
+        self.pooling = None  # what the engine's tasks serve (frontend/pooling/model.py)
 
     # ------------------------------------------------------------ engine events
     def _on_outputs(self, batch: list) -> None:
@@ -156,7 +160,10 @@ class Server:
 
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
-        routes = [*openai_routes(self.state), Route("GET", "/metrics", self.metrics.handle)]
+        pooling = self.pooling
+        routes = [*openai_routes(self.state, generation=pooling is None or pooling.generates),
+                  *(pooling_routes(self.state, pooling) if pooling is not None else ()),
+                  Route("GET", "/metrics", self.metrics.handle)]
         return [*routes, openapi.route(routes)]
 
     def make_app(self) -> web.Application:
@@ -202,7 +209,8 @@ class Server:
         await self.engine.start(timeout=self.config.engine_ready_timeout,
                                 progress=self.notifier.status)
         await self._start_lora()
-        engine_ready_at = time.monotonic()
+        self.pooling = await engine_tasks(self.state)
+        engine_ready_at, engine_ready_cpu = time.monotonic(), time.process_time()
         self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
                                     access_log=None, **listeners.runner_kwargs(self.config.ops))
         await self.runner.setup()
@@ -218,8 +226,9 @@ class Server:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
-        log.info("serving on %s (%.2f s after the engine was ready, %.1f s total)",
-                 where, time.monotonic() - engine_ready_at, time.monotonic() - started)
+        log.info("serving on %s (%.2f s after the engine was ready, of which %.2f s CPU; "
+                 "%.1f s total)", where, time.monotonic() - engine_ready_at,
+                 time.process_time() - engine_ready_cpu, time.monotonic() - started)
         self.notifier.ready(f"serving on {where}")
         if config.shared is not None:
             config.shared.ready[config.client_index] = 1

@@ -10,7 +10,8 @@ import pytest
 
 from tests.support.frontend import SERVED_NAME, FrontendProcess
 from tests.support.http_client import RawRequest, post, stream
-from tests.support.real_engine import require_vllm
+from tests.support.requirements import require_vllm
+from tests.support.stacks import engine_requests
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.real_engine
@@ -61,6 +62,11 @@ def test_greedy_is_the_same_on_both_workers(service):
 
 
 def test_a_client_that_leaves_is_aborted_in_the_engine(service):
+    """Whichever worker has the stream sends the ABORT: the service's count
+    (summed over the workers) has all four. (A frontend aborts only what has
+    not finished, and 900 tokens had hardly begun.)"""
+    service.wait_idle(timeout=30)
+    aborted, _ = engine_requests(service.url)
     reqs = []
     for i in range(4):
         req = RawRequest(service.url, "/v1/completions", {
@@ -71,3 +77,6 @@ def test_a_client_that_leaves_is_aborted_in_the_engine(service):
     for req in reqs:
         req.hang_up()
     service.wait_idle(timeout=30)  # each worker's table empty, the engine has no work
+    # (a worker's count reaches the others' /metrics with its next heartbeat)
+    wait_for(lambda: engine_requests(service.url)[0] == aborted + 4, 30,
+             message=lambda: f"aborts {engine_requests(service.url)[0] - aborted} of 4")

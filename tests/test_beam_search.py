@@ -189,12 +189,12 @@ def test_client_leaving_mid_search_frees_every_engine_request(mock, path, body):
         # (not in the instant between a step's end and the next one's start).
         # (/debug/state asks the engine, so the table size comes from /metrics.)
         control.stall(None)
-        wait_for(lambda: table_size(mock) > 0, 5)
+        wait_for(lambda: table_size(mock) > 0, 30)
         req.hang_up()
-        wait_for(lambda: table_size(mock) == 0, 5,
+        wait_for(lambda: table_size(mock) == 0, 30,
                  message="table not empty after the client left")
         control.stall(0)
-        wait_for(lambda: control.stats()["running"] == 0, 5)
+        wait_for(lambda: control.stats()["running"] == 0, 30)
         stopped = control.stats()
         time.sleep(0.3)
         after = control.stats()

@@ -130,9 +130,10 @@ def test_paced_trivial_server_writes_one_chunk_per_stream_per_step(paced_trivial
     r = uvloop.run(run_point(client, w, 0.5, max_requests=200))
     assert r.errors == 0 and r.bad_token_counts == 0 and r.measured > 0
     # 16 tokens, one every 2 ms: a stream lasts 30 ms or more, its tokens
-    # arrive one per read (no merged steps), about 2 ms apart.
+    # arrive one per read (merged steps would count gaps of 0), 2 ms apart or
+    # more (a loaded host only adds to the pacing).
     assert r.latency_ms["p50"] >= 28
-    assert 1.0 <= r.itl_ms["p50"] <= 6.0
+    assert r.itl_ms["p50"] >= 1.0
     assert r.tok_s <= 8 * 500 * 1.1
 
 

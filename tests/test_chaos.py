@@ -1,6 +1,13 @@
 """Chaos runs (tools/chaos.py) in short form: an engine killed, a frontend
 killed, an engine stopped, idle and silent clients. Each run starts its own
-stack; the full runs' figures are in docs/reliability.md."""
+stack; the full runs' figures are in docs/reliability.md.
+
+A fault test first makes sure that the fault hits running streams: 1000
+tokens each with ``ignore_eos`` (tools/chaos.py's default for the fault runs),
+and the run's ``streams_open_at_fault`` asserted, on any engine speed. Its
+timing goals are figures of the full runs; here a timing only has to show
+that the frontend, not a timeout, ended the streams: bounds that hold on a
+loaded host."""
 
 from __future__ import annotations
 
@@ -11,9 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.real_engine import REPO_ROOT, require_vllm
-from tools.chaos import STALL_FLAG, Stream
-from tools.stack import frontend_has_flag
+from frontend.engine_ranks import DISCONNECT_GRACE_S
+from tests.support.real_engine import REPO_ROOT
+from tests.support.requirements import require_vllm
+from tools.chaos import Stream
+
+# Scheduling delays of a loaded 2-core host, on top of what the frontend waits.
+LOADED_HOST_SLACK_S = 5.0
 
 
 def chaos(run: str, model: Path, workdir: Path, *args: str, timeout: float = 300) -> dict:
@@ -49,12 +60,14 @@ def test_engine_killed_under_open_streams_then_restarted(tiny_model_dir, tmp_pat
     require_vllm()
     s = chaos("engine-kill", tiny_model_dir, tmp_path, "--engine", "real", "--streams", "16",
               timeout=560)
+    assert s["max_tokens"] == 1000 and s["streams_open_at_fault"] == 16, s
     assert s["streams_ended_with_error_and_done"] == 16, s["stream_problems"]
-    assert s["kill_to_last_stream_end_s"] < 1.5
+    # A dropped engine is dead after DISCONNECT_GRACE_S (the full run's goal: 1.5 s).
+    assert s["kill_to_last_stream_end_s"] < DISCONNECT_GRACE_S + LOADED_HOST_SLACK_S, s
     assert s["health_after_kill"] == 503
     assert s["engine_exit_status"] == 1  # engine-core: systemd restarts it
     assert s["same_frontend_serving"] and s["engine_ready_to_first_200_s"] is not None
-    assert s["passed"], s
+    assert s["idle_after"], s
 
 
 def test_frontend_killed_under_load_aborts_the_orphans(tiny_model_dir, tmp_path):
@@ -62,31 +75,38 @@ def test_frontend_killed_under_load_aborts_the_orphans(tiny_model_dir, tmp_path)
     including requests whose outputs the engine queued while no frontend ran
     (these used to run to their end: 7.6 s here, at 100 steps/s)."""
     s = chaos("frontend-kill", tiny_model_dir, tmp_path, "--engine", "mock", "--streams", "16")
+    assert s["max_tokens"] == 1000 and s["streams_open_at_fault"] == 16, s
     assert s["engine_had_work_before_kill"] and s["streams_cut_by_the_kill"] == 16
-    assert s["serving_to_engine_idle_s"] < 1.0, s
-    assert s["passed"], s
+    # The engine went idle because the new frontend aborted all 16 (1000 tokens
+    # at the mock's 100 steps/s would have taken 10 s more).
+    assert s["orphans_aborted_by_the_new_frontend"] == 16, s
+    assert s["serving_to_engine_idle_s"] is not None and s["request_after_restart"] == 200, s
 
 
 def test_engine_stalled_on_the_mock(tiny_model_dir, tmp_path):
     """SIGSTOP of the mock: with the frontend's stall detector, the streams end
     with an error and /health 503; without it, they hang and resume on SIGCONT."""
     s = chaos("engine-stall", tiny_model_dir, tmp_path, "--engine", "mock", "--streams", "8",
-              "--hang-seconds", "2")
-    assert s["detector"] == frontend_has_flag(STALL_FLAG)
-    assert s["request_after_cont"] == 200 and s["idle_after"]
-    assert s["passed"], s
+              "--stall-slack", str(LOADED_HOST_SLACK_S))
+    assert_stall_detected(s, 8)
 
 
 @pytest.mark.real_engine
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(not frontend_has_flag(STALL_FLAG),
-                    reason=f"the frontend has no {STALL_FLAG} yet")
 def test_engine_stalled_on_a_real_engine(tiny_model_dir, tmp_path):
     require_vllm()
     s = chaos("engine-stall", tiny_model_dir, tmp_path, "--engine", "real", "--streams", "8",
-              timeout=560)
-    assert s["detector"] and s["streams_ended_with_error_and_done"] == 8, s
-    assert s["stop_to_health_503_s"] is not None and s["request_after_cont"] == 200
+              "--stall-slack", str(LOADED_HOST_SLACK_S), timeout=560)
+    assert_stall_detected(s, 8)
+
+
+def assert_stall_detected(s: dict, streams: int) -> None:
+    """The frontend's stall detector (--engine-stall-timeout 2) ended every open
+    stream with an error, turned /health 503, and served again after SIGCONT."""
+    assert s["max_tokens"] == 1000 and s["streams_open_at_fault"] == streams, s
+    assert s["detector"] and s["streams_ended_with_error_and_done"] == streams, s
+    assert s["stop_to_health_503_s"] is not None and s["stop_to_last_stream_end_s"] is not None
+    assert s["request_after_cont"] == 200 and s["idle_after"], s
     assert s["passed"], s
 
 

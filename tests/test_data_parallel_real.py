@@ -26,8 +26,8 @@ from tests.support.real_engine import (
     MODEL_ARGS,
     RealEngine,
     free_port_triple,
-    require_vllm,
 )
+from tests.support.requirements import require_vllm
 from tests.support.waits import wait_for
 from tests.test_parity_completions import SHAPES, assert_same, send
 

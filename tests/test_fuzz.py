@@ -24,6 +24,11 @@ def test_error_shape():
     assert "not JSON" in error_shape_problem(400, b"Bad Request")
     assert "not {'error'" in error_shape_problem(401, b'{"error":"Unauthorized"}')
     assert "error keys" in error_shape_problem(400, b'{"error":{"message":"m"}}')
+    # What no route takes: Starlette's answer, as vLLM's server gives it.
+    assert error_shape_problem(404, b'{"detail":"Not Found"}') is None
+    assert error_shape_problem(405, b'{"detail":"Method Not Allowed"}') is None
+    assert error_shape_problem(400, b'{"detail":"Bad Request"}') is not None
+    assert error_shape_problem(405, b'{"detail":"Not Found"}') is not None
 
 
 def test_response_problems():

@@ -20,7 +20,8 @@ import pytest
 from frontend import tokenizers as modes
 from frontend.model import ModelSource, load_model_info
 from tests.support import model_layouts
-from tests.support.real_engine import REPO_ROOT, require_vllm
+from tests.support.real_engine import REPO_ROOT
+from tests.support.requirements import require_vllm
 
 BIN_DIR = os.path.dirname(sys.executable)
 TEXTS = ["Hello world", " leading space", "two  spaces", "<|im_start|>user\nHi<|im_end|>\n",

@@ -45,24 +45,26 @@ def test_sigterm_drains_running_stream_then_exits_0(start_ops_stack):
                 first = await r.content.readline()
                 assert first.startswith(b"data: ")
                 assert await _get_status(s, stack.url + "/health") == 200
+                # The engine holds the stream until the test has seen the drain.
+                stack.control().stall(None)
                 proc.send_signal(signal.SIGTERM)
 
                 async def health_503() -> bool:
                     return await _get_status(s, stack.url + "/health") == 503
 
-                # /health turns 503 at once, while the listener stays open.
-                health_503_after = await wait_for_async(
-                    health_503, 2.0, interval=0.01,
-                    message="/health did not turn 503 after SIGTERM")
+                # /health turns 503 while the stream drains, and the listener stays open.
+                await wait_for_async(health_503, 30, interval=0.01,
+                                     message="/health did not turn 503 after SIGTERM")
                 async with s.post(stack.url + "/v1/completions", json={
                         "model": SERVED_NAME, "prompt": "late", "max_tokens": 2}) as late:
                     late_status, late_body = late.status, await late.json()
                     late_close = late.headers.get("Connection")
+                assert stack.control().stats()["running"] == 1  # still draining
+                stack.control().stall(0)
                 rest = await read_stream(r)
-            return health_503_after, late_status, late_body, late_close, first, rest
+            return late_status, late_body, late_close, first, rest
 
-    health_503_after, late_status, late_body, late_close, first, rest = run(main())
-    assert health_503_after < 2.0
+    late_status, late_body, late_close, first, rest = run(main())
     assert late_status == 503 and late_body["error"]["code"] == 503
     assert late_close == "close"
     assert rest[-1] == "[DONE]"
@@ -87,12 +89,10 @@ def test_sigterm_aborts_what_outlives_shutdown_timeout_and_exits_0(start_ops_sta
             async with s.post(stack.url + "/v1/completions", json=_stream_body(400)) as r:
                 await r.content.readline()
                 proc.send_signal(signal.SIGTERM)
-                signalled = time.monotonic()
-                events = await read_stream(r)
-                return events, time.monotonic() - signalled
+                return await read_stream(r)
 
-    events, took = run(main())
-    assert took < 5.0
+    # Cut by the shutdown timeout: 400 tokens would take 20 s.
+    events = run(main())
     assert events[-1] == "[DONE]"
     errors = [e for e in events if isinstance(e, dict) and "error" in e]
     assert len(errors) == 1 and "shutting down" in errors[0]["error"]["message"]
@@ -103,15 +103,16 @@ def test_sigterm_aborts_what_outlives_shutdown_timeout_and_exits_0(start_ops_sta
     assert "aborting 1 engine requests still running" in stack.frontend.log()
 
 
-def test_sigterm_when_idle_exits_0_quickly(start_ops_stack):
-    stack = start_ops_stack()
-    started = time.monotonic()
-    assert stack.frontend.stop(signal.SIGTERM) == 0
-    assert time.monotonic() - started < 5.0
+def test_sigterm_when_idle_exits_0_without_waiting_for_the_drain_timeout(start_ops_stack):
+    stack = start_ops_stack("--shutdown-timeout", "120")
+    # Within half the drain timeout, or stop() kills it (exit status -9).
+    assert stack.frontend.stop(signal.SIGTERM, timeout=60) == 0
     assert stack.frontend.log().rstrip().endswith("stopped")
 
 
 # ------------------------------------------------------------------------ sd_notify
+WATCHDOG_USEC = 2_000_000  # pings every second: a loaded host's delays stay well inside
+
 class NotifyListener:
     """A stand-in for systemd's notify socket."""
 
@@ -135,16 +136,15 @@ class NotifyListener:
             fields = dict(line.split("=", 1) for line in data.decode().split("\n") if line)
             self.messages.append((time.monotonic(), fields))
 
-    def wait_for(self, key: str, timeout: float = 30.0, value: str | None = None) -> dict:
+    def wait_for(self, key: str, timeout: float = 30.0, count: int = 1) -> dict:
+        """The ``count``-th message with ``key``."""
         deadline = time.monotonic() + timeout
-        seen = 0
         while time.monotonic() < deadline:
             self.poll(0.1)
-            for _, fields in self.messages[seen:]:
-                if key in fields and (value is None or fields[key] == value):
-                    return fields
-            seen = len(self.messages) if value is None else 0
-        raise AssertionError(f"no {key} in {[m for _, m in self.messages]}")
+            found = [fields for _, fields in self.messages if key in fields]
+            if len(found) >= count:
+                return found[count - 1]
+        raise AssertionError(f"no {count} x {key} in {[m for _, m in self.messages]}")
 
     def keys(self) -> list[str]:
         return [k for _, fields in self.messages for k in fields]
@@ -162,29 +162,30 @@ def notify_socket():
 
 
 def test_sd_notify_protocol(start_ops_stack, notify_socket):
-    env = {"NOTIFY_SOCKET": notify_socket.path, "WATCHDOG_USEC": "400000"}
+    env = {"NOTIFY_SOCKET": notify_socket.path, "WATCHDOG_USEC": str(WATCHDOG_USEC)}
     stack = start_ops_stack(env=env, engine=False)  # the engine comes later
     waiting = notify_socket.wait_for("STATUS")
     assert waiting["STATUS"].startswith("waiting for an engine at tcp://127.0.0.1:")
-    notify_socket.poll(0.5)
-    assert "READY" not in notify_socket.keys()
     # Watchdog pings run from the start, every half WATCHDOG_USEC.
-    pings = [t for t, f in notify_socket.messages if "WATCHDOG" in f]
-    assert len(pings) >= 2
+    notify_socket.wait_for("WATCHDOG", count=2)
+    assert "READY" not in notify_socket.keys()
 
     stack.start_engine()
     ready = notify_socket.wait_for("READY")
     assert ready == {"READY": "1", "STATUS": f"serving on http://127.0.0.1:{stack.frontend.port}"}
     statuses = [f["STATUS"] for _, f in notify_socket.messages if "STATUS" in f]
     assert any("HELLO" in s for s in statuses[:-1])
-    stack.frontend.wait_healthy(5)  # READY=1 came when HTTP was already serving
+    stack.frontend.wait_healthy(30)  # READY=1 came when HTTP was already serving
 
     before = len(notify_socket.messages)
-    notify_socket.poll(1.0)
+    window = 3.5 * WATCHDOG_USEC / 1e6
+    notify_socket.poll(window)
     pings = [t for t, f in notify_socket.messages[before:] if f.get("WATCHDOG") == "1"]
-    assert 2 <= len(pings) <= 8  # every 0.2 s (a busy CI host may delay some)
+    # Every half WATCHDOG_USEC: never more often; a loaded host may delay one,
+    # but systemd's deadline is a ping within WATCHDOG_USEC.
+    assert 2 <= len(pings) <= window / (WATCHDOG_USEC / 2e6) + 1, pings
     gaps = [b - a for a, b in zip(pings, pings[1:])]
-    assert max(gaps) < 0.8
+    assert max(gaps) < WATCHDOG_USEC / 1e6, gaps
 
     stack.frontend.proc.send_signal(signal.SIGTERM)
     stopping = notify_socket.wait_for("STOPPING")
@@ -243,9 +244,13 @@ def test_watchdog_stops_when_the_loop_is_blocked():
     try:
         n = Notifier(listener.path, watchdog_usec=100_000)
 
+        async def pinged(times: int) -> bool:
+            listener.poll(0)
+            return sum(1 for _, f in listener.messages if "WATCHDOG" in f) >= times
+
         async def main():
             n.start_watchdog()
-            await asyncio.sleep(0.3)
+            await wait_for_async(lambda: pinged(4), 30, interval=0.05)
             listener.poll(0)
             healthy = sum(1 for _, f in listener.messages if "WATCHDOG" in f)
             time.sleep(0.5)  # the loop is stuck

@@ -180,7 +180,7 @@ def test_admission_counts_choices_and_frees_them(start_ops_stack):
                 samples = await _metrics(s, stack.url)
                 return metric(samples, "vllm_frontend_choices_in_flight") >= 6
 
-            await wait_for_async(big_admitted, 5, interval=0.02,
+            await wait_for_async(big_admitted, 30, interval=0.02,
                                  message="the 6-choice request never held its slots")
             refused = await post_json(s, stack.url + "/v1/completions",
                                       {"model": SERVED_NAME, "prompt": "x", "max_tokens": 1})

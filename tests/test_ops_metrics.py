@@ -141,14 +141,14 @@ def test_metrics_gauges_while_streaming_and_disconnects(start_ops_stack):
                 samples, _, _ = await _scrape(s, stack.url)
                 return metric(samples, name, **labels) == value
 
-            await wait_for_async(lambda: shows("vllm:num_requests_running", 3, **VLLM), 5,
+            await wait_for_async(lambda: shows("vllm:num_requests_running", 3, **VLLM), 30,
                                  message="scheduler stats never showed 3 running")
             assert metric(samples, "vllm_frontend_open_streams") == 1
             assert metric(samples, "vllm_frontend_requests_in_flight") == 1
             assert metric(samples, "vllm_frontend_fanout_entries") == 3
             assert metric(samples, "vllm:kv_cache_usage_perc", **VLLM) > 0
             r.close()  # the client goes away mid-stream
-            await wait_for_async(lambda: shows("vllm_frontend_open_streams", 0), 5,
+            await wait_for_async(lambda: shows("vllm_frontend_open_streams", 0), 30,
                                  message="the stream stayed open")
             return samples
 
@@ -158,7 +158,7 @@ def test_metrics_gauges_while_streaming_and_disconnects(start_ops_stack):
                   status="499") == 1
     stats = stack.wait_engine_idle()
     assert stats["aborted"] == 3
-    wait_for(lambda: metric(scrape(stack.url), "vllm_frontend_engine_aborts_total") == 3, 5,
+    wait_for(lambda: metric(scrape(stack.url), "vllm_frontend_engine_aborts_total") == 3, 30,
              message="the frontend did not count 3 aborts")
     samples = scrape(stack.url)
     # Client-aborted requests are not successes (as in vLLM).
@@ -180,6 +180,23 @@ def test_disable_log_stats_keeps_http_metrics(start_ops_stack):
     assert "vllm:" not in text
     assert metric(samples, "http_requests_total", handler="/v1/completions", method="POST",
                   status="200") == 1
+
+
+def test_cache_config_info_states_the_cache_flags_given(start_ops_stack):
+    """Engine cache flags on the frontend's command line (as in a copied `vllm
+    serve` line) label vllm:cache_config_info next to what the engine's ready
+    response says; a setting nobody gave is not a label. (The unit cases:
+    tests/test_metrics_rules.py.)"""
+    stack = start_ops_stack("--gpu-memory-utilization", "0.8", "--kv-cache-dtype", "fp8",
+                            "--no-enable-prefix-caching")
+    info = [dict(labels) for (name, labels), value in scrape(stack.url).items()
+            if name == "vllm:cache_config_info" and value == 1]
+    assert len(info) == 1, info
+    labels = info[0]
+    assert (labels["gpu_memory_utilization"], labels["cache_dtype"],
+            labels["enable_prefix_caching"]) == ("0.8", "fp8", "False")
+    assert labels["num_gpu_blocks"] == str(int(labels["num_gpu_blocks"]))  # the engine's
+    assert "mamba_ssm_cache_dtype" not in labels and "kv_cache_memory_bytes" not in labels
 
 
 @pytest.mark.parametrize("scrapes", [3])

@@ -12,6 +12,7 @@ from frontend.ops.security import ApiKeys, Cors
 from tests.support.frontend import SERVED_NAME
 from tests.support.http_client import metric, parse_metrics
 from tests.support.ops import read_stream, run
+from tests.support.requirements import require_module
 
 KEY1 = "sk-test-key-one-4f1c2b"
 KEY2 = "sk-test-key-two-9d8e7a"
@@ -205,7 +206,7 @@ def test_cors_wildcard_and_credentials(start_ops_stack):
 
 def test_cors_unit_matches_starlette():
     """Same decisions and headers as Starlette's CORSMiddleware, which vLLM uses."""
-    starlette = pytest.importorskip("starlette.middleware.cors")
+    starlette = require_module("starlette.middleware.cors", "it comes with vLLM")
     for kwargs in ({"allow_origins": ["https://a.example"]},
                    {"allow_origins": ["*"], "allow_credentials": True},
                    {"allow_origins": ["*"], "allow_methods": ["GET"], "allow_headers": ["X-A"]}):

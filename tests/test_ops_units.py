@@ -5,17 +5,17 @@ environment files) use flags our CLIs and ``vllm serve`` accept."""
 from __future__ import annotations
 
 import configparser
-import importlib.util
 import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.requirements import require_tool, require_vllm
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = ROOT / "tools" / "systemd"
@@ -159,10 +159,7 @@ ENGINE_UNITS = [("vllm-engine.service", None, [1, None, None]),
 
 def test_engine_units_execstart_parses_with_vllm_serve():
     """vLLM's own parser (one import of it, ~30 s, for both units)."""
-    if importlib.util.find_spec("vllm") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("vLLM is not installed; CI=true, so this must run")
-        pytest.skip("vLLM is not installed")
+    require_vllm()
     argvs = [unit_argv(name, instance)[1] for name, instance, _ in ENGINE_UNITS]
     for argv in argvs:
         assert argv[:3] == [INSTALLED_BIN + "vllm", "serve",
@@ -223,9 +220,7 @@ def test_units_are_plain_ini():
 def test_systemd_analyze_verify(tmp_path):
     """systemd's own checker: directives, values, executables. The installed
     paths (/opt/vllm/.venv/bin/...) point at this checkout's venv here."""
-    tool = shutil.which("systemd-analyze")
-    if tool is None:
-        pytest.skip("systemd-analyze is not installed (apt-get install systemd)")
+    tool = require_tool("systemd-analyze", "apt-get install systemd; .ci/run installs it")
     bin_dir = Path(sys.executable).parent
     vllm_bin = bin_dir / "vllm"
     if not vllm_bin.exists():  # only the path matters to verify

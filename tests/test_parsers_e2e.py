@@ -39,7 +39,6 @@ pytestmark = [pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
 STEP_TIME = "0.008"
 # vLLM's mock's step time for each attempt at a stream it does not merge.
 STREAM_STEP_TIMES = (float(STEP_TIME), 0.03, 0.08, 0.2)
-RETRIES: list[int] = []  # per compared stream: how many of vLLM's had merged steps
 
 # A selection of the in-process cases (they run there in full, in every
 # chunking): per parser the calls, text around them, malformed and partial
@@ -204,14 +203,11 @@ def test_parser_end_to_end_matches_vllm(vllm_servers, ours, tokenizer, config, c
 
     # Streams one at a time: vLLM's server falls behind less.
     body = body_of(case, max_tokens, stream=True)
-    status, answer = ask(stack.url, body)
-    assert status == 200 and not merged_steps(answer), answer  # ours: every step parsed
+    answer = our_stream(stack.url, body)
     try:
-        for attempt, step_time in enumerate(STREAM_STEP_TIMES):
+        for step_time in STREAM_STEP_TIMES:
             # Slower after a merged stream, so that vLLM's server keeps up.
-            their_control.configure(step_time=step_time)
-            their_status, their_answer = ask(their_url, body)
-            assert their_status == 200, their_answer
+            their_answer = their_stream(their_url, their_control, body, step_time)
             if not vllm_merged(answer, their_answer):
                 break
         else:
@@ -219,16 +215,48 @@ def test_parser_end_to_end_matches_vllm(vllm_servers, ours, tokenizer, config, c
                         "nothing to compare with")
     finally:
         their_control.configure(step_time=float(STEP_TIME))
-    RETRIES.append(attempt)
     assert answer == their_answer, f"ours: {answer}\nvLLM: {their_answer}"
     stack.frontend.wait_idle()
 
 
-def test_streams_were_mostly_compared_at_once():
-    """vLLM merges steps only when it falls behind (runs after the cases)."""
-    if len(RETRIES) < 20:
-        pytest.skip("too few streams ran in this session to judge")
-    assert sum(1 for a in RETRIES if a == 0) >= len(RETRIES) // 2, RETRIES
+def our_stream(url: str, body: dict) -> list[Any]:
+    status, answer = ask(url, body)
+    assert status == 200 and not merged_steps(answer), answer  # ours: every step parsed
+    return answer
+
+
+def their_stream(url: str, control, body: dict, step_time: float) -> list[Any]:
+    control.configure(step_time=step_time)
+    status, answer = ask(url, body)
+    assert status == 200, answer
+    return answer
+
+
+SLOW_CHECK_CONFIGS = ("hermes", "qwen3")
+
+
+def test_vllm_merges_no_steps_when_it_keeps_up(vllm_servers, ours, tokenizer):
+    """What the retries above rely on: vLLM's server merges steps only when it
+    falls behind, so at the slowest step time its stream is every step, as
+    ours is. On its own: a tool-call case and a reasoning case."""
+    server, their_control = vllm_servers
+    for config in SLOW_CHECK_CONFIGS:
+        their_url = server.url(config)  # (the mock answers control calls once attached)
+        case = next(case for name, case in RUNS if name == config and case.eos)
+        ids = tokenizer.encode(case.text, add_special_tokens=False).ids
+        script = {"output_token_ids": ids, "finish": "stop"}
+        their_control.script(script)
+        stack = ours.get(config)
+        stack.control().script(script)
+        body = body_of(case, len(ids) + 1, stream=True)
+        answer = our_stream(stack.url, body)
+        try:
+            theirs = their_stream(their_url, their_control, body, STREAM_STEP_TIMES[-1])
+        finally:
+            their_control.configure(step_time=float(STEP_TIME))
+        assert not vllm_merged(answer, theirs), theirs
+        assert answer == theirs, f"ours: {answer}\nvLLM: {theirs}"
+        stack.frontend.wait_idle()
 
 
 def test_runs_cover_every_parser():

@@ -14,7 +14,6 @@ from __future__ import annotations
 import calendar
 import json
 import math
-import shutil
 import signal
 import subprocess
 import time
@@ -27,6 +26,7 @@ import pytest
 from tests.support.frontend import SERVED_NAME
 from tests.support.http_client import post, stream_completion
 from tests.support.mock_engine import free_port
+from tests.support.requirements import require_tool
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.real_engine
@@ -40,10 +40,8 @@ SCRAPE_INTERVAL_S = 1
 
 class Prometheus:
     def __init__(self, target: str, workdir: Path) -> None:
-        binary = shutil.which("prometheus")
-        if binary is None:
-            pytest.skip("the Prometheus server is not installed (Debian package "
-                        "`prometheus`: apt-get install prometheus; .ci/run installs it)")
+        binary = require_tool("prometheus", "the Prometheus server, Debian package "
+                              "`prometheus`: apt-get install prometheus; .ci/run installs it")
         self.url = f"http://127.0.0.1:{free_port()}"
         config = workdir / "prometheus.yml"
         config.write_text(

@@ -44,9 +44,9 @@ from tests.support.real_engine import (
     RealEngine,
     VllmReference,
     attach,
-    require_vllm,
     still_running,
 )
+from tests.support.requirements import require_vllm
 
 # An engine start takes ~25 s on an idle 2-core machine, minutes on a busy one.
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(600)]

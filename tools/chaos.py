@@ -26,6 +26,11 @@ instead, and passes when the streams do hang and then resume).
     then the same N streams (a share of whose clients never read) next to M
     idle keep-alive connections; TTFT within 2x, memory bounded.
 
+The three fault runs stream ``--max-tokens`` tokens with ``ignore_eos`` (long
+enough that no engine, however fast, serves them before the fault) and record
+``streams_open_at_fault``: a run passes only if the fault hit every stream
+while it was open.
+
 ::
 
     python -m tools.chaos engine-kill --engine real --streams 64
@@ -175,6 +180,26 @@ async def connect_many(port: int, count: int, make: Callable, batch: int = 100) 
     return out
 
 
+def open_streams(streams: list[Stream]) -> int:
+    """Streams not ended yet: taken just before a fault, it shows that the
+    fault hit running streams (an engine that served them all already would
+    leave nothing to detect)."""
+    return sum(s.ended is None for s in streams)
+
+
+async def start_streams(port: int, args: argparse.Namespace
+                        ) -> tuple[list[Stream], list[asyncio.Task]]:
+    """``args.streams`` streams of ``args.max_tokens`` tokens (``ignore_eos``: no
+    early end), each with its first event."""
+    streams = [Stream() for _ in range(args.streams)]
+    body = completion_body(args.max_tokens)
+    tasks = [asyncio.create_task(run_stream(port, body, s, args.stream_timeout))
+             for s in streams]
+    await wait_first_events(streams, args.start_timeout)
+    await asyncio.sleep(0.2)
+    return streams, tasks
+
+
 async def wait_first_events(streams: list[Stream], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while any(s.first_event is None and s.ended is None for s in streams):
@@ -230,6 +255,19 @@ def debug_state(url: str) -> dict | None:
         return None
 
 
+def engine_aborts(url: str) -> float | None:
+    """The frontend's ``vllm_frontend_engine_aborts_total`` (engine requests it aborted)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    return next((float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith("vllm_frontend_engine_aborts_total ")), None)
+
+
 async def until(predicate: Callable[[], bool], timeout: float, poll: float = 0.01
                 ) -> float | None:
     """time.monotonic() when ``predicate()`` (run in a thread) first held; None on timeout."""
@@ -276,12 +314,8 @@ def percentile(values: list[float], q: float) -> float | None:
 # ------------------------------------------------------------------ runs
 
 async def engine_kill(stack: Stack, args: argparse.Namespace) -> dict:
-    streams = [Stream() for _ in range(args.streams)]
-    body = completion_body(args.max_tokens)
-    tasks = [asyncio.create_task(run_stream(stack.port, body, s, args.stream_timeout))
-             for s in streams]
-    await wait_first_events(streams, args.start_timeout)
-    await asyncio.sleep(0.2)
+    streams, tasks = await start_streams(stack.port, args)
+    open_at_kill = open_streams(streams)
     t_kill = time.monotonic()
     pid = stack.signal_engine_core(signal.SIGKILL)
     log(f"SIGKILL to the engine core (pid {pid}) under {len(streams)} streams")
@@ -302,6 +336,7 @@ async def engine_kill(stack: Stack, args: argparse.Namespace) -> dict:
     settled = await until(lambda: idle(stack.url), 10)
     summary = {
         "streams": len(streams), "max_tokens": args.max_tokens, "engine_core_pid": pid,
+        "streams_open_at_fault": open_at_kill,
         "streams_ended_with_error_and_done": ended_ok,
         "stream_problems": [s.error or bytes(s.body[-200:]).decode(errors="replace")
                             for s in streams if not s.ended_with_error_then_done()][:5],
@@ -315,20 +350,16 @@ async def engine_kill(stack: Stack, args: argparse.Namespace) -> dict:
         "same_frontend_serving": stack.frontend.alive() and stack.starts["frontend"] == 1,
         "idle_after": settled is not None,
     }
-    summary["passed"] = (ended_ok == len(streams) and last_end < KILL_END_GOAL_S
+    summary["passed"] = (open_at_kill == ended_ok == len(streams) and last_end < KILL_END_GOAL_S
                          and health_after == 503 and got_200 is not None
                          and summary["same_frontend_serving"] and summary["idle_after"])
     return summary
 
 
 async def frontend_kill(stack: Stack, args: argparse.Namespace) -> dict:
-    streams = [Stream() for _ in range(args.streams)]
-    body = completion_body(args.max_tokens)
-    tasks = [asyncio.create_task(run_stream(stack.port, body, s, args.stream_timeout))
-             for s in streams]
-    await wait_first_events(streams, args.start_timeout)
-    await asyncio.sleep(0.2)
+    streams, tasks = await start_streams(stack.port, args)
     busy = debug_state(stack.url)
+    open_at_kill = open_streams(streams)
     t_kill = time.monotonic()
     await asyncio.to_thread(stack.kill_frontend)
     log(f"SIGKILL to the frontend under {len(streams)} streams")
@@ -339,6 +370,8 @@ async def frontend_kill(stack: Stack, args: argparse.Namespace) -> dict:
     serving = await until(lambda: http_status(stack.url, timeout=0.5) == 200,
                           args.start_timeout, poll=0.005)
     idle_at = await until(lambda: idle(stack.url), 30, poll=0.01)
+    # The new process's count: every ABORT it sent went to an orphan.
+    orphans_aborted = engine_aborts(stack.url)
     after = post_status(stack.url, completion_body(4, stream=False))
     # The new frontend's own view: sockets bound -> the running engine answered.
     bound = log_wall_time(stack.frontend.log_path, "engine link (client", 0)
@@ -346,31 +379,31 @@ async def frontend_kill(stack: Stack, args: argparse.Namespace) -> dict:
     summary = {
         "streams": len(streams), "max_tokens": args.max_tokens,
         "engine_had_work_before_kill": busy and busy["engine_has_work"],
+        "streams_open_at_fault": open_at_kill,
         "streams_cut_by_the_kill": cut,
+        "orphans_aborted_by_the_new_frontend": orphans_aborted,
         "kill_to_serving_s": r3(serving - t_kill) if serving else None,
         "start_to_serving_s": r3(serving - t_start) if serving else None,
         "reattach_s": r3(attached - bound) if bound and attached else None,
         "serving_to_engine_idle_s": r3(idle_at - serving) if serving and idle_at else None,
         "request_after_restart": after,
     }
-    summary["passed"] = (bool(summary["engine_had_work_before_kill"]) and cut == len(streams)
+    summary["passed"] = (bool(summary["engine_had_work_before_kill"])
+                         and open_at_kill == cut == len(streams)
                          and serving is not None and idle_at is not None
                          and idle_at - serving < ORPHANS_IDLE_GOAL_S and after == 200)
     return summary
 
 
 async def engine_stall(stack: Stack, args: argparse.Namespace, detector: bool) -> dict:
-    streams = [Stream() for _ in range(args.streams)]
-    body = completion_body(args.max_tokens)
-    tasks = [asyncio.create_task(run_stream(stack.port, body, s, args.stream_timeout))
-             for s in streams]
-    await wait_first_events(streams, args.start_timeout)
-    await asyncio.sleep(0.2)
+    streams, tasks = await start_streams(stack.port, args)
+    open_at_stop = open_streams(streams)
     t_stop = time.monotonic()
     pid = stack.signal_engine_core(signal.SIGSTOP)
     log(f"SIGSTOP to the engine core (pid {pid}); detector {'on' if detector else 'off'}")
     summary: dict[str, Any] = {"streams": len(streams), "max_tokens": args.max_tokens,
-                               "detector": detector, "engine_core_pid": pid}
+                               "detector": detector, "engine_core_pid": pid,
+                               "streams_open_at_fault": open_at_stop}
     try:
         if detector:
             limit = args.stall_timeout + args.stall_slack
@@ -405,13 +438,14 @@ async def engine_stall(stack: Stack, args: argparse.Namespace, detector: bool) -
     summary |= {"cont_to_health_200_s": r3(serving - t_cont) if serving else None,
                 "request_after_cont": after, "idle_after": settled is not None}
     if detector:
-        summary["passed"] = (summary["stop_to_health_503_s"] is not None
+        summary["passed"] = (open_at_stop == len(streams)
+                             and summary["stop_to_health_503_s"] is not None
                              and summary["streams_ended_with_error_and_done"] == len(streams)
                              and summary["stop_to_last_stream_end_s"] is not None
                              and after == 200 and settled is not None)
     else:
         summary["streams_completed_after_cont"] = sum(s.completed() for s in results)
-        summary["passed"] = (summary["streams_still_open"] == len(streams)
+        summary["passed"] = (open_at_stop == summary["streams_still_open"] == len(streams)
                              and summary["streams_completed_after_cont"] == len(streams)
                              and after == 200 and settled is not None)
     return summary
@@ -557,7 +591,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     common.add_argument("--start-timeout", type=float, default=600.0)
     common.add_argument("--stream-timeout", type=float, default=120.0)
     defaults = {"engine-kill": ("real", 64, 1000), "frontend-kill": ("real", 64, 1000),
-                "engine-stall": ("real", 16, 64), "idle-connections": ("mock", 500, 32)}
+                "engine-stall": ("real", 16, 1000), "idle-connections": ("mock", 500, 32)}
     for name, (engine, streams, max_tokens) in defaults.items():
         sp = runs.add_parser(name, parents=[common], help=TITLES[name])
         sp.add_argument("--engine", choices=("mock", "real"), default=engine)

@@ -8,7 +8,9 @@ generation routes get most. Each response is checked:
 
 * no 5xx, ever (bad input is the client's fault: a 4xx);
 * every 4xx in OpenAI's error shape, ``{"error": {"message": str, "type": str,
-  "param": str | null, "code": <the status>}}``;
+  "param": str | null, "code": <the status>}}``, except what no route takes:
+  ``{"detail": "Not Found"}`` (404) or ``{"detail": "Method Not Allowed"}``
+  (405), as from vLLM's server;
 * a 200 stream ends with exactly one ``data: [DONE]`` (Schemathesis stops
   reading a long stream after some events and closes it: a client that goes
   away, counted); a 200 JSON body parses.
@@ -38,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,8 @@ def error_shape_problem(status: int, body: bytes) -> str | None:
         data = json.loads(body)
     except ValueError:
         return f"not JSON: {body[:200]!r}"
+    if status in (404, 405) and data == {"detail": HTTPStatus(status).phrase}:
+        return None  # no such route or method: Starlette's answer, as vLLM's
     err = data.get("error") if isinstance(data, dict) else None
     if not isinstance(err, dict) or set(data) != {"error"}:
         return f"not {{'error': {{...}}}}: {body[:200]!r}"

@@ -108,7 +108,8 @@ class StatsRecorder:
             return
         n = len(choices) // (choices[-1].prompt_index + 1)
         arrival = group.arrival
-        lora = group.lora.lora_name if group.lora is not None and self.lora_info else None
+        lora = (group.lora.lora_name if group.lora is not None and self.lora_info is not None
+                else None)
         requests = self._requests
         parents: dict[int, Parent] = {}
         for c in choices:

