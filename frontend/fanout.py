@@ -56,8 +56,7 @@ class Engine(Protocol):
 
     def routable_ranks(self) -> list[int]: ...
 
-    def reject(self, reason: str, detail: str = "") -> None:
-        """Count and drop an output that must not be routed."""
+    def reject(self, reason: str, detail: str = "") -> None: ...  # count a dropped output
 
 
 class TableObserver(Protocol):
@@ -384,8 +383,7 @@ class Table:
                     self._on_unknown_output(out, rank)
                     continue
                 if several_ranks and choice.engine_index != rank:  # not its engine
-                    self.engine.reject("wrong_rank", f"rank {rank} sent an output for "
-                                       f"a request of rank {choice.engine_index}")
+                    self.engine.reject("wrong_rank", f"rank {rank}: {out.request_id[:80]}")
                     continue
                 group = choice.group
                 new_ids = out.new_token_ids
@@ -535,8 +533,8 @@ class Table:
         completes, when an abort cannot be sent yet: the request's next output
         asks again (marking it gone now would ignore that one)."""
         rid = out.request_id
-        if rid in self._recently_gone:
-            return  # aborted here: its last outputs were on their way
+        if rid in self._recently_gone:  # aborted here: its last outputs were on their way
+            return
         self.engine.reject("unknown_request", f"rank {rank}: {rid[:80]!r}")
         if out.finish_reason is None:
             self._abort(rank, [rid])
