@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 from frontend import structured as so
-from frontend.engine_client import derive_addresses
+from frontend.engine_client import beyond_loopback, derive_addresses
 from frontend.lora import parse_lora_modules
 from frontend.hub import HubOptions
 from frontend.model import ModelInfo, ModelSource, load_model_info
@@ -225,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"frontend: {e}", file=sys.stderr)
         return 2
+    exposed = beyond_loopback(addresses)
+    if exposed:
+        log.warning("the engine link listens beyond this host (%s): it has no "
+                    "authentication, so firewall these ports to the engine hosts (README: "
+                    "Network isolation); for engines on this host use ipc:// addresses",
+                    ", ".join(exposed))
     if args.api_server_count > 1:
         from frontend.supervisor import Supervisor
         return Supervisor(argv, args, addresses, config.shutdown_timeout, worker_main).run()

@@ -11,13 +11,21 @@ What the link hears about a rank -- a registration on the input socket, a
 message, ENGINE_CORE_DEAD, a dropped connection -- goes to
 :class:`~frontend.engine_ranks.RankLiveness`, which decides what it means
 (attached, stalled, lost) and keeps the engine state file.
+
+Nobody authenticates the other end (vLLM's engine speaks plain ZMQ), so every
+message is checked before it changes anything: frames that do not decode, an
+``engine_index`` outside the ranks, outputs or stats from a rank that is not
+attached, a utility reply no call of that rank waits for (call ids are random)
+are counted (:mod:`frontend.engine_rejections`) and dropped; the fan-out table
+checks the request ids. Each peer's receive queue is bounded, so a peer that
+floods is held back by TCP instead of filling memory.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -25,6 +33,7 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from frontend.engine_ranks import Rank, RankLiveness
+from frontend.engine_rejections import Rejections
 from protocol import handshake as hs
 from protocol import wire
 from protocol.errors import ProtocolError
@@ -36,6 +45,18 @@ MAX_MESSAGES_PER_WAKEUP = 64
 # A re-attach probe is sent again this often until the rank answers.
 REATTACH_PROBE_S = 0.1
 _PROBE = wire.encode_abort([])  # harmless to a live engine; refused for a gone one
+# Messages queued per peer before ZMQ stops reading its connection. The engine
+# sends one message on the input socket (its registration); outputs are never
+# dropped (a full queue holds the engine's PUSH back, which queues them).
+INPUT_RCVHWM = 16
+OUTPUT_RCVHWM = 10_000
+# TCP on the input socket: a connection whose host went away (no ACKs, or no
+# keepalive answers while idle) is closed after about this long, so that its
+# stale route cannot block the rank's restarted engine.
+TCP_TIMEOUT_MS = 30_000
+TCP_KEEPALIVE = ((zmq.TCP_KEEPALIVE, 1), (zmq.TCP_KEEPALIVE_IDLE, 10),
+                 (zmq.TCP_KEEPALIVE_INTVL, 5), (zmq.TCP_KEEPALIVE_CNT, 4),
+                 (zmq.TCP_MAXRT, TCP_TIMEOUT_MS))
 # zmq's flags as plain ints: combining its enum members costs microseconds,
 # which counts on paths run per request and per engine message.
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -47,6 +68,16 @@ _POLLIN = int(zmq.POLLIN)
 
 class EngineUnavailableError(Exception):
     """Nothing can be sent: the rank is not attached (not yet, or it died)."""
+
+
+@dataclass
+class UtilityCall:
+    """A utility call waiting for its answer (and the address it came from)."""
+
+    id: int
+    rank: int
+    fut: asyncio.Future
+    peer: str = ""
 
 
 @dataclass(frozen=True)
@@ -66,24 +97,49 @@ def derive_addresses(engine_addr: str, input_addr: str | None = None,
     or ``-i`` appended (IPC).
     """
     if engine_addr.startswith("tcp://"):
-        host, _, port = engine_addr[len("tcp://"):].rpartition(":")
-        if not port.isdigit() or not host:
-            raise ValueError(f"--engine-addr must be tcp://HOST:PORT, got {engine_addr!r}")
-        if host in ("*", "0.0.0.0", "[::]"):
-            raise ValueError(
-                "--engine-addr needs a concrete address the engine can reach "
-                f"(it is also sent to the engine), not {host}")
-        input_addr = input_addr or f"tcp://{host}:{int(port) + 1}"
-        output_addr = output_addr or f"tcp://{host}:{int(port) + 2}"
+        host, port = _host_port("--engine-addr", engine_addr)
+        input_addr = input_addr or f"tcp://{host}:{port + 1}"
+        output_addr = output_addr or f"tcp://{host}:{port + 2}"
     elif engine_addr.startswith("ipc://"):
         input_addr = input_addr or engine_addr + "-input"
         output_addr = output_addr or engine_addr + "-output"
     else:
         raise ValueError(f"--engine-addr must be tcp://HOST:PORT or ipc://PATH, "
                          f"got {engine_addr!r}")
+    for flag, address in (("--engine-input-addr", input_addr),
+                          ("--engine-output-addr", output_addr)):
+        if address.startswith("tcp://"):
+            _host_port(flag, address)
+        elif not address.startswith("ipc://"):
+            raise ValueError(f"{flag} must be tcp://HOST:PORT or ipc://PATH, got {address!r}")
     return EngineAddresses(engine_addr,
                            [_nth(input_addr, i) for i in range(clients)],
                            [_nth(output_addr, i) for i in range(clients)])
+
+
+def _host_port(flag: str, address: str) -> tuple[str, int]:
+    """HOST and PORT of a tcp:// address the engines are sent: a concrete host,
+    so that the port listens only where the engines connect."""
+    host, _, port = address[len("tcp://"):].rpartition(":")
+    if not port.isdigit() or not host:
+        raise ValueError(f"{flag} must be tcp://HOST:PORT, got {address!r}")
+    if host in ("*", "0.0.0.0", "[::]", "::"):
+        raise ValueError(
+            f"{flag} needs a concrete address the engine can reach (it is also sent to "
+            f"the engine, and the port listens there only), not {host}")
+    return host, int(port)
+
+
+def beyond_loopback(addresses: EngineAddresses) -> list[str]:
+    """The engine addresses that listen beyond this host (TCP, not loopback):
+    anyone who reaches them can speak to the engine link."""
+    out = []
+    for address in (addresses.handshake, *addresses.inputs, *addresses.outputs):
+        if address.startswith("tcp://"):
+            host = address[len("tcp://"):].rpartition(":")[0].strip("[]")
+            if not (host == "localhost" or host == "::1" or host.startswith("127.")):
+                out.append(address)
+    return out
 
 
 def _nth(address: str, i: int) -> str:
@@ -104,15 +160,21 @@ class EngineClient:
                  on_rank_lost: Callable[[int, str], None],
                  on_rank_attached: Callable[[int, hs.ReadyResponse], None] | None = None,
                  in_flight: Callable[[int], int] | None = None,
-                 stall_timeout: float = 0.0, state_file: str | None = None) -> None:
+                 stall_timeout: float = 0.0, state_file: str | None = None,
+                 hellos: Sequence[float] | None = None,
+                 handshake_window: float = 600.0) -> None:
+        """``hellos``: when each rank said HELLO (the handshake server's record);
+        a rank registers within ``handshake_window`` seconds after it."""
         self.input_address = input_address
         self.output_address = output_address
         self.data_parallel_size = data_parallel_size
         self.client_index = client_index
+        self.rejections = Rejections()
         self.liveness = RankLiveness(
-            data_parallel_size, reachable=self._reachable, on_rank_lost=on_rank_lost,
-            on_rank_attached=on_rank_attached, on_rank_dead=self._fail_calls,
-            in_flight=in_flight, stall_timeout=stall_timeout, state_file=state_file)
+            data_parallel_size, self, on_rank_lost=on_rank_lost,
+            on_rank_attached=on_rank_attached, in_flight=in_flight,
+            stall_timeout=stall_timeout, state_file=state_file, hellos=hellos,
+            window_s=handshake_window, reject=self.rejections)
         self.ranks = self.liveness.ranks
         self._on_outputs = on_outputs
         self.num_aborts_sent = 0  # engine ids in ABORT messages sent (for /metrics)
@@ -122,8 +184,8 @@ class EngineClient:
         self._output: zmq.Socket | None = None
         self._monitors: list[zmq.Socket] = []
         self._aborts_scheduled = False
-        self._call_ids = itertools.count(1)
-        self._utility_calls: dict[int, tuple[int, asyncio.Future]] = {}  # id -> (rank, fut)
+        self._utility_calls: dict[int, UtilityCall] = {}
+        self._peers_wanted = 0  # probes waiting: read the outputs' sender addresses
         self._tasks: list[asyncio.Task] = []
         self._closed = False
 
@@ -148,15 +210,24 @@ class EngineClient:
     def rank_states(self) -> list[str]:
         return self.liveness.rank_states()
 
+    @property
+    def rejected(self) -> dict[str, int]:
+        """Messages from the engine side dropped, by reason (for /metrics)."""
+        return self.rejections.counts
+
+    def reject(self, reason: str, detail: str = "") -> None:
+        """Count and drop something the engine side sent (the fan-out table's checks)."""
+        self.rejections(reason, detail)
+
     # ------------------------------------------------------------ start-up
     def bind(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._input = self._socket(zmq.ROUTER, self.input_address)
+        self._input = self._socket(zmq.ROUTER, self.input_address, INPUT_RCVHWM,
+                                   TCP_KEEPALIVE)
         # A ROUTER silently drops messages for an unknown peer; make it raise.
         self._input.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        # A restarted rank reuses its identity: let it take over the old route.
-        self._input.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        self._output = self._socket(zmq.PULL, self.output_address)
+        # (ROUTER_HANDOVER stays off but in a handshake window: set_handover)
+        self._output = self._socket(zmq.PULL, self.output_address, OUTPUT_RCVHWM)
         for sock in (self._input, self._output):
             monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             self._monitors.append(monitor)
@@ -171,11 +242,14 @@ class EngineClient:
         log.info("engine link (client %d): input %s, output %s", self.client_index,
                  self.input_address, self.output_address)
 
-    def _socket(self, kind: int, addr: str) -> zmq.Socket:
+    def _socket(self, kind: int, addr: str, rcvhwm: int,
+                options: tuple[tuple[int, int], ...] = ()) -> zmq.Socket:
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, rcvhwm)
         sock.setsockopt(zmq.LINGER, 0)
+        for option, value in options:
+            sock.setsockopt(option, value)
         try:
             sock.bind(addr)
         except zmq.ZMQError as e:
@@ -188,7 +262,8 @@ class EngineClient:
         """Bind, then wait until every rank is attached."""
         self.bind()
         liveness = self.liveness
-        self._tasks.append(asyncio.create_task(liveness.reattach(self._answers)))
+        self._tasks.append(asyncio.create_task(liveness.reattach()))
+        self._tasks.append(asyncio.create_task(liveness.watch_windows()))
         if liveness.stall_timeout > 0:
             self._tasks.append(asyncio.create_task(liveness.watch_stalls()))
         waiter = asyncio.create_task(self._report_while_waiting(progress))
@@ -222,37 +297,84 @@ class EngineClient:
                 progress(msg)
 
     def _on_input_readable(self) -> None:
-        """Registrations: a rank's first message on this input socket."""
+        """Registrations: a rank's first (and only) message on this input socket."""
         sock = self._input
         while True:
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            self.liveness.register(frames[0], frames[1] if len(frames) > 1 else b"")
+            try:
+                identity = frames[0].bytes
+                if len(frames) != 2:
+                    self.rejections("unexpected_registration", f"input socket: "
+                                    f"{len(frames) - 1} frames from {identity[:8].hex()}")
+                    continue
+                self.liveness.register(identity, frames[1].bytes, _peer(frames[1]))
+            except Exception as e:  # whatever it was, the socket must be drained
+                self.rejections("malformed", f"input socket: {type(e).__name__}: {e}")
 
-    async def _answers(self, rank: Rank) -> bool:
-        """Whether ``rank``, not attached, answers a utility call (for a
-        re-attach): sent again until it does, it attaches by itself, or the
-        link closes."""
-        call_id = next(self._call_ids)
-        fut = self._loop.create_future()
-        self._utility_calls[call_id] = (rank.index, fut)
-        frames = wire.encode_utility(call_id, "get_supported_tasks",
-                                     client_index=self.client_index)
+    # ------------------------------------------------------------ liveness's questions
+    def reachable(self, rank: Rank) -> bool:
+        """Whether a send to the rank's identity goes through (ROUTER_MANDATORY)."""
         try:
-            while not rank.alive and not fut.done() and not self._closed:
+            self._input.send_multipart([rank.identity, *_PROBE], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:
+            return False
+
+    async def probe(self, rank: Rank, timeout: float | None,
+                    give_up: Callable[[], bool]) -> str | None:
+        """The address that answered a utility call to ``rank`` ("" if unknown),
+        sent again every REATTACH_PROBE_S while it cannot be delivered; None when
+        no answer came within ``timeout``, ``give_up()`` or the link closed."""
+        call = self._new_call(rank.index)
+        frames = wire.encode_utility(call.id, "get_supported_tasks",
+                                     client_index=self.client_index)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._peers_wanted += 1
+        try:
+            while not call.fut.done() and not give_up() and not self._closed:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
                 try:
                     self._input.send_multipart([rank.identity, *frames], zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass  # EHOSTUNREACH: not connected (yet)
                 try:
-                    await asyncio.wait_for(asyncio.shield(fut), REATTACH_PROBE_S)
+                    await asyncio.wait_for(asyncio.shield(call.fut), REATTACH_PROBE_S)
                 except asyncio.TimeoutError:
                     continue
-            return fut.done()
+                except Exception:  # the rank died meanwhile (fail_calls)
+                    return None
+            return call.peer if call.fut.done() and not call.fut.exception() else None
         finally:
-            self._utility_calls.pop(call_id, None)
+            self._peers_wanted -= 1
+            self._utility_calls.pop(call.id, None)
+
+    def set_handover(self, on: bool) -> None:
+        """Let a new connection take over an identity on the input socket (or not)."""
+        if self._input is not None:
+            self._input.setsockopt(zmq.ROUTER_HANDOVER, int(on))
+        log.debug("input socket: a new connection may %stake over an engine identity",
+                 "" if on else "no longer ")
+
+    def fail_calls(self, rank: Rank, reason: str) -> None:
+        """A rank died: its utility calls get no answer."""
+        for call in self._utility_calls.values():
+            if call.rank == rank.index and not call.fut.done():
+                call.fut.set_exception(EngineUnavailableError(reason))
+                call.fut.exception()  # (retrieved: a probe may not wait for it)
+
+    def _new_call(self, rank: int) -> UtilityCall:
+        """A call with a random id: a reply can only come from where it was sent."""
+        while True:
+            call_id = secrets.randbits(63)
+            if call_id not in self._utility_calls:
+                break
+        call = self._utility_calls[call_id] = UtilityCall(call_id, rank,
+                                                          self._loop.create_future())
+        return call
 
     # ------------------------------------------------------------ sending
     def send_add(self, frames: list[bytes], rank: int = 0) -> None:
@@ -292,15 +414,13 @@ class EngineClient:
             if not routable:
                 raise EngineUnavailableError(self.death_reason)
             rank = routable[0]
-        call_id = next(self._call_ids)
-        fut = self._loop.create_future()
-        self._utility_calls[call_id] = (rank, fut)
+        call = self._new_call(rank)
         try:
             self._send(self.ranks[rank], wire.encode_utility(
-                call_id, method, args, client_index=self.client_index))
-            out = await asyncio.wait_for(fut, timeout)
+                call.id, method, args, client_index=self.client_index))
+            out = await asyncio.wait_for(call.fut, timeout)
         finally:
-            self._utility_calls.pop(call_id, None)
+            self._utility_calls.pop(call.id, None)
         return wire.utility_value(out)
 
     async def call_utility_all(self, method: str, *args: Any,
@@ -346,25 +466,41 @@ class EngineClient:
             # wake-up (and it re-arms the edge-triggered FD just the same).
             if not get(_EVENTS) & _POLLIN:
                 break
+            peer = ""
             try:
-                frames = [recv(_NOBLOCK)]
+                if self._peers_wanted:  # a probe asks who answers
+                    first = recv(_NOBLOCK, copy=False)
+                    peer, frames = _peer(first), [first.bytes]
+                else:
+                    frames = [recv(_NOBLOCK)]
             except zmq.Again:
                 break
             while get(_RCVMORE):  # aux frames (large logprobs arrays)
                 frames.append(recv())
             if wire.is_engine_dead(frames):
                 dead = True
-                break
-            outs = self._decode(frames)
-            if outs is None:
                 continue
-            if outs.engine_index < len(ranks):
-                rank = ranks[outs.engine_index]
+            try:
+                outs = wire.decode_step(frames)
+                index = outs.engine_index
+                if not 0 <= index < len(ranks):
+                    self.rejections("unknown_rank", f"output socket: engine_index {index}")
+                    continue
+                if outs.utility_output is not None:
+                    self._on_utility_output(outs, peer)
+                rank = ranks[index]
+                if not rank.alive:
+                    if outs.outputs or wire.has_scheduler_stats(outs):
+                        self.rejections("rank_not_attached", f"output socket: "
+                                        f"{len(outs.outputs)} outputs from rank {index}")
+                    continue
                 rank.last_heard = now
                 if rank.stalled:
                     self.liveness.resume(rank)
-            if outs.outputs or wire.has_scheduler_stats(outs):
-                batch.append(outs)
+                if outs.outputs or wire.has_scheduler_stats(outs):
+                    batch.append(outs)
+            except Exception as e:  # ProtocolError, or anything a crafted message causes
+                self.rejections("malformed", f"output socket: {e}")
         else:
             # More may be queued: zmq's FD is edge-triggered, so come back ourselves.
             self._loop.call_soon(self._on_output_readable)
@@ -373,17 +509,16 @@ class EngineClient:
         if dead:
             self.liveness.engine_core_dead()
 
-    def _decode(self, frames: list[bytes]) -> wire.StepOutputs | None:
-        try:
-            outs = wire.decode_step(frames)
-        except ProtocolError as e:
-            log.error("dropping an engine message: %s", e)
-            return None
-        if outs.utility_output is not None:
-            _, fut = self._utility_calls.get(outs.utility_output.call_id, (None, None))
-            if fut is not None and not fut.done():
-                fut.set_result(outs.utility_output)
-        return outs
+    def _on_utility_output(self, outs: wire.StepOutputs, peer: str) -> None:
+        """Resolve the call it answers: only a call sent to that rank."""
+        reply = outs.utility_output
+        call = self._utility_calls.get(reply.call_id)
+        if call is None or call.rank != outs.engine_index or call.fut.done():
+            self.rejections("unexpected_utility",
+                            f"rank {outs.engine_index}, call id {reply.call_id}")
+            return
+        call.peer = peer
+        call.fut.set_result(reply)
 
     # ------------------------------------------------------------ connections
     def _on_monitor_readable(self) -> None:
@@ -398,19 +533,6 @@ class EngineClient:
                     disconnected = True
         if disconnected:
             self.liveness.disconnected()
-
-    def _reachable(self, rank: Rank) -> bool:
-        try:
-            self._input.send_multipart([rank.identity, *_PROBE], zmq.NOBLOCK)
-            return True
-        except zmq.ZMQError:
-            return False
-
-    def _fail_calls(self, rank: Rank, reason: str) -> None:
-        """A rank died: its utility calls get no answer."""
-        for index, fut in self._utility_calls.values():
-            if index == rank.index and not fut.done():
-                fut.set_exception(EngineUnavailableError(reason))
 
     # ------------------------------------------------------------ shutdown
     async def close(self) -> None:
@@ -435,3 +557,12 @@ class EngineClient:
         for sock in (*self._monitors, self._input, self._output):
             if sock is not None:
                 sock.close(linger=100)
+
+
+def _peer(frame: zmq.Frame) -> str:
+    """The address a message came from (ZMQ's Peer-Address: the IP for TCP;
+    user, group and process for IPC)."""
+    try:
+        return frame.get("Peer-Address") or ""
+    except zmq.ZMQError:
+        return ""

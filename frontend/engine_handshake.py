@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+import time
+from typing import Callable, MutableSequence
 
 import zmq
 
+from frontend.engine_rejections import Rejections
 from protocol import handshake as hs
 from protocol.errors import ProtocolError
 
@@ -34,11 +36,19 @@ def rank_of(identity: bytes) -> int | None:
 class HandshakeServer:
     def __init__(self, address: str, inputs: list[str], outputs: list[str],
                  data_parallel_size: int = 1,
-                 on_status: Callable[[str], None] | None = None) -> None:
+                 on_status: Callable[[str], None] | None = None, *,
+                 hellos: MutableSequence[float] | None = None,
+                 on_hello: Callable[[int], None] | None = None,
+                 rejections: Rejections | None = None) -> None:
+        """``hellos[rank]``: when that rank last said HELLO (``time.monotonic()``);
+        ``on_hello``: told at once (the engine link of this process)."""
         self.address = address
         self.data_parallel_size = data_parallel_size
+        self.hellos = hellos if hellos is not None else [0.0] * data_parallel_size
         self._init = hs.encode_init(inputs, outputs)
         self._on_status = on_status
+        self._on_hello = on_hello
+        self._reject = rejections or Rejections()
         self._socket: zmq.Socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -63,27 +73,39 @@ class HandshakeServer:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self._on_message(frames)
+            try:
+                self._on_message(frames)
+            except Exception as e:  # whatever it was, the socket must be drained
+                self._reject("malformed", f"handshake socket: {type(e).__name__}: {e}")
 
     def _on_message(self, frames: list[bytes]) -> None:
         identity = frames[0]
+        if len(frames) != 2:
+            self._reject("bad_handshake", f"{len(frames) - 1} frames from {identity.hex()}")
+            return
         try:
-            status = hs.decode_status(frames[1] if len(frames) > 1 else b"")
+            status = hs.decode_status(frames[1])
         except ProtocolError as e:
-            log.warning("ignoring a bad message on the handshake socket: %s", e)
+            self._reject("bad_handshake", str(e))
             return
         rank = rank_of(identity)
         if rank is None or rank >= self.data_parallel_size:
-            log.warning("an engine with identity %s said %s, but this frontend serves "
-                        "--data-parallel-size %d (ranks 0..%d); ignored", identity.hex(),
-                        status.status, self.data_parallel_size, self.data_parallel_size - 1)
+            self._reject("unknown_rank",
+                         f"identity {identity.hex()} said {status.status[:20]!r}, but this "
+                         f"frontend serves --data-parallel-size {self.data_parallel_size} "
+                         f"(ranks 0..{self.data_parallel_size - 1})")
             return
         if status.status == "HELLO":
             log.info("engine rank %d said HELLO; sending addresses", rank)
-            self._socket.send_multipart([identity, self._init])
+            self.hellos[rank] = time.monotonic()  # before the engine can register
+            self._socket.send_multipart([identity, self._init], zmq.NOBLOCK)
             self._status(f"engine rank {rank} said HELLO; waiting for it to load the model")
+            if self._on_hello is not None:
+                self._on_hello(rank)
         elif status.status == "READY":
             log.info("engine rank %d is ready", rank)
+        else:
+            self._reject("bad_handshake", f"rank {rank} said {status.status[:20]!r}")
 
     def _status(self, text: str) -> None:
         if self._on_status is not None:

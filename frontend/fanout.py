@@ -56,6 +56,8 @@ class Engine(Protocol):
 
     def routable_ranks(self) -> list[int]: ...
 
+    def reject(self, reason: str, detail: str = "") -> None: ...  # count a dropped output
+
 
 class TableObserver(Protocol):
     """Told about every request's life, once per engine step at most (metrics):
@@ -369,14 +371,19 @@ class Table:
         touched: dict[int, Group] = {}
         entries = self.entries
         observer = self.observer
+        several_ranks = len(self.router.ranks) > 1  # (one rank: the link checked the index)
         for outs in batch:
             if observer:
                 observer.on_step(outs)
             weight_version = outs.weight_version
+            rank = outs.engine_index
             for out in outs.outputs:
                 choice = entries.get(out.request_id)
                 if choice is None:
-                    self._on_unknown_output(out, outs.engine_index)
+                    self._on_unknown_output(out, rank)
+                    continue
+                if several_ranks and choice.engine_index != rank:  # not its engine
+                    self.engine.reject("wrong_rank", f"rank {rank}: {out.request_id[:80]}")
                     continue
                 group = choice.group
                 new_ids = out.new_token_ids
@@ -526,7 +533,10 @@ class Table:
         completes, when an abort cannot be sent yet: the request's next output
         asks again (marking it gone now would ignore that one)."""
         rid = out.request_id
-        if out.finish_reason is None and rid not in self._recently_gone:
+        if rid in self._recently_gone:  # aborted here: its last outputs were on their way
+            return
+        self.engine.reject("unknown_request", f"rank {rank}: {rid[:80]!r}")
+        if out.finish_reason is None:
             self._abort(rank, [rid])
 
     def _abort(self, rank: int, ids: list[str]) -> None:

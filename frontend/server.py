@@ -86,23 +86,27 @@ class Server:
         self.config = config
         self.notifier = systemd.Notifier.from_env()
         dp, client = config.data_parallel_size, config.client_index
-        # With several frontend processes the supervisor answers the HELLOs.
-        self.handshake = HandshakeServer(
-            addresses.handshake, addresses.inputs, addresses.outputs, dp,
-            on_status=self.notifier.status) if config.shared is None else None
         self.router = Router(dp, config.dp_routing)
         self.engine = EngineClient(
             addresses.inputs[client], addresses.outputs[client], data_parallel_size=dp,
             client_index=client, on_outputs=self._on_outputs,
             on_rank_lost=self._on_rank_lost, on_rank_attached=self._on_rank_attached,
             in_flight=self._in_flight, stall_timeout=config.engine_stall_timeout,
-            state_file=config.engine_state_file)
+            state_file=config.engine_state_file,
+            hellos=config.shared.hellos if config.shared is not None else None,
+            handshake_window=config.engine_ready_timeout)
+        # With several frontend processes the supervisor answers the HELLOs.
+        liveness = self.engine.liveness
+        self.handshake = HandshakeServer(
+            addresses.handshake, addresses.inputs, addresses.outputs, dp,
+            on_status=self.notifier.status, hellos=liveness.hellos, on_hello=liveness.hello,
+            rejections=self.engine.rejections) if config.shared is None else None
         recorder = None
         if not config.ops.disable_log_stats:
             recorder = StatsRecorder(
                 lambda: self.state.max_model_len, kv_cache_metrics=config.ops.kv_cache_metrics,
                 count_nans=compute_nans_in_logits(),
-                bucket_overrides=config.ops.custom_histogram_buckets)
+                bucket_overrides=config.ops.custom_histogram_buckets, data_parallel_size=dp)
             recorder.tracer = tracer
         self.table = Table(self.engine, model, self._model_limits, self.router,
                            observer=recorder, client_index=client,

@@ -49,6 +49,7 @@ class EngineLink(Protocol):
     death_reason: str | None
     num_aborts_sent: int
     data_parallel_size: int
+    rejected: dict[str, int]  # messages from the engine side dropped, by reason
 
     def routable_ranks(self) -> list[int]: ...
 

@@ -55,12 +55,15 @@ PR_SET_PDEATHSIG = 1
 class Shared:
     """Memory every worker sees; each worker writes only its own slots."""
 
-    def __init__(self, ctx: Any, workers: int) -> None:
+    def __init__(self, ctx: Any, workers: int, ranks: int = 1) -> None:
         self.lock = ctx.Lock()
         self.requests = ctx.RawArray("q", workers)
         self.choices = ctx.RawArray("q", workers)
         self.heartbeat = ctx.RawArray("d", workers)  # time.monotonic(), system-wide
         self.ready = ctx.RawArray("b", workers)
+        # When each engine rank last said HELLO (the parent's handshake server
+        # writes; every worker accepts a rank's registration only after it).
+        self.hellos = ctx.RawArray("d", ranks)
 
     def forget(self, worker: int) -> None:
         """A dead worker's slots: nothing in flight, not ready."""
@@ -93,11 +96,12 @@ class Supervisor:
         self.addresses = addresses
         self.shutdown_timeout = shutdown_timeout
         self.ctx = multiprocessing.get_context("spawn")
-        self.shared = Shared(self.ctx, self.count)
+        self.shared = Shared(self.ctx, self.count, args.data_parallel_size)
         self.notifier = Notifier.from_env()
         self.handshake = HandshakeServer(addresses.handshake, addresses.inputs,
                                          addresses.outputs, args.data_parallel_size,
-                                         on_status=self.notifier.status)
+                                         on_status=self.notifier.status,
+                                         hellos=self.shared.hellos)
         self.listen_socket = _unix_listener(args.uds) if args.uds else None
         self.handoffs: list[socket.socket | None] = [None] * self.count
         self.workers: list[Any] = [None] * self.count

@@ -178,6 +178,8 @@ def test_a_restarted_service_reattaches_with_both_workers(start_ops_stack, tiny_
     stack = start_ops_stack(*WORKERS)
     complete(stack.url)
     old = stack.frontend
+    # Both workers attached (each one's engine state) before the restart.
+    wait_for(lambda: "with 2 frontend workers" in old.log(), 30)
     old.stop()
     stack.frontend = FrontendProcess(old.engine_addr, tiny_model_dir, tmp_path, *WORKERS,
                                      state_file=old.state_file, port=old.port)

@@ -14,6 +14,7 @@ from tools.bench import hot_path
 
 class RecordingEngine(hot_path.NullEngine):
     def __init__(self, alive: bool) -> None:
+        super().__init__()
         self.alive = alive
         self.aborted: list[str] = []
 

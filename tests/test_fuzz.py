@@ -90,3 +90,26 @@ def test_short_fuzz_on_the_real_engine(real_stack, tmp_path):
         assert s["server_errors"] == 0 and s["bad_error_shapes"] == 0, s["problems"]
         assert s["after"]["engine_alive"] and s["after"]["idle"], s["after"]
         assert s["passed"], s
+
+
+def test_short_engine_link_fuzz_on_the_mock(tiny_model_dir, tmp_path):
+    """Rogue frames on the three engine ports while clients stream
+    (tools/fuzz_link.py): every client request completes, the rank serves
+    throughout, and what the rogues sent is counted as rejected."""
+    out = tmp_path / "fuzz-link.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.fuzz_link", "--engine", "mock", "--model",
+         str(tiny_model_dir), "--frames", "1500", "--rate", "500", "--churn", "100",
+         "--streams", "4", "--max-tokens", "64", "--seed", "3", "--logdir", str(tmp_path),
+         "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.exists(), proc.stderr[-4000:]
+    s = json.loads(out.read_text())
+    assert s["frames"] == {"handshake": 500, "input": 500, "output": 500}, s["frames"]
+    assert s["clients"]["requests"] > 0, s["clients"]
+    assert s["clients"]["completed"] == s["clients"]["requests"], s["clients"]["problems"]
+    assert s["watch"]["health_not_200"] == 0 and s["watch"]["rank_not_serving"] == 0
+    assert {"malformed", "unknown_rank", "bad_handshake", "unknown_request"} <= set(s["rejected"])
+    assert s["after"] == {"frontend_alive": True, "engine_alive": True, "health": 200,
+                          "rank_serving": True, "idle": True}
+    assert s["passed"] and proc.returncode == 0

@@ -48,11 +48,14 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "fuzz-mock": ("tools.fuzz", ["--engine", "mock", "--requests", "20000"]),
     "fuzz-real": ("tools.fuzz", ["--engine", "real", "--requests", "500",
                                  "--max-tokens-cap", "16"]),
+    "fuzz-link-mock": ("tools.fuzz_link", ["--engine", "mock", "--frames", "50000"]),
+    "fuzz-link-real": ("tools.fuzz_link", ["--engine", "real", "--frames", "20000",
+                                           "--max-tokens", "64", "--streams", "4"]),
 }
 SECTIONS = [("Soak", ["soak-mock", "soak-real"]),
             ("Chaos", ["chaos-engine-kill", "chaos-frontend-kill", "chaos-engine-stall",
                        "chaos-idle-connections"]),
-            ("Fuzzing", ["fuzz-mock", "fuzz-real"])]
+            ("Fuzzing", ["fuzz-mock", "fuzz-real", "fuzz-link-mock", "fuzz-link-real"])]
 
 
 def run_one(name: str) -> bool:
@@ -129,6 +132,15 @@ def summary_table() -> str:
                 f"5xx, {s['bad_error_shapes']} 4xx not in OpenAI's shape; engine alive "
                 f"{s['after']['engine_alive']}, idle {s['after']['idle']}")
 
+    def fuzz_link(s: dict) -> str:
+        f, c, a = s["frames"], s["clients"], s["after"]
+        return (f"{sum(f.values()):,} rogue frames (handshake {f['handshake']:,}, input "
+                f"{f['input']:,}, output {f['output']:,}): {c['completed']}/{c['requests']} "
+                f"client requests completed, {sum(s['rejected'].values()):,} messages "
+                f"rejected; /health not 200 {s['watch']['health_not_200']} times; frontend "
+                f"alive {a['frontend_alive']}, engine alive {a['engine_alive']} and "
+                f"attached {a['rank_serving']}")
+
     def stall(s: dict) -> str:
         if s["detector"]:
             return (f"SIGSTOP → /health 503 in {s['stop_to_health_503_s']} s, "
@@ -140,6 +152,7 @@ def summary_table() -> str:
 
     figures = {
         "soak-mock": soak, "soak-real": soak, "fuzz-mock": fuzz, "fuzz-real": fuzz,
+        "fuzz-link-mock": fuzz_link, "fuzz-link-real": fuzz_link,
         "chaos-engine-stall": stall,
         "chaos-engine-kill": lambda s: (
             f"{s['streams_ended_with_error_and_done']}/{s['streams']} streams ended with an "

@@ -81,13 +81,15 @@ class RequestStats:
     ``*_ts`` are engine clock readings (``time.monotonic()`` in the engine):
     events and step timestamps. ``arrival`` and ``ttft`` are this process's."""
 
-    __slots__ = ("arrival", "parent", "lora", "last_ts", "first_ts", "queued_ts",
+    __slots__ = ("arrival", "parent", "lora", "rank", "last_ts", "first_ts", "queued_ts",
                  "scheduled_ts", "num_preemptions", "ttft", "corrupted")
 
-    def __init__(self, arrival: float, parent: Parent | None, lora: str | None = None) -> None:
+    def __init__(self, arrival: float, parent: Parent | None, lora: str | None = None,
+                 rank: int = 0) -> None:
         self.arrival = arrival
         self.parent = parent
         self.lora = lora  # the adapter's name (vllm:lora_requests_info)
+        self.rank = rank  # the engine rank that runs it (only its outputs count)
         self.last_ts: float | None = None  # None until the first output
         self.first_ts = 0.0
         self.queued_ts = 0.0

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from frontend.engine_rejections import REASONS
 from frontend.errors import CLIENT_GONE
 from frontend.ops.service_metrics import Series, ServiceMetrics, Snapshot
 from frontend.ops.stats_recorder import StatsRecorder
@@ -114,6 +115,11 @@ FRONTEND_FAMILIES = (
             lambda m: _by_one_label(m.http.rejected), labels=("reason",),
             shown=("body_too_large", "draining", "too_many_choices", "too_many_requests",
                    "unauthorized")),
+    counter("vllm_frontend_engine_messages_rejected",
+            "Messages from the engine side dropped before they changed anything, by "
+            "reason (the engine link is unauthenticated: see the README's network "
+            "isolation).", lambda m: _by_one_label(m.state.engine.rejected),
+            labels=("reason",), shown=REASONS),
     counter("vllm_frontend_slow_consumer_aborts",
             "Streams aborted because the client did not read them.",
             lambda m: m.recorder.slow_consumer_aborts if m.recorder else 0,

@@ -62,8 +62,11 @@ class StatsRecorder:
 
     def __init__(self, max_model_len: Callable[[], int], *, kv_cache_metrics: bool = False,
                  count_nans: bool = False,
-                 bucket_overrides: dict[str, list[float]] | None = None) -> None:
+                 bucket_overrides: dict[str, list[float]] | None = None,
+                 data_parallel_size: int = 1) -> None:
         self._max_model_len = max_model_len
+        # With one rank the link has checked every output's engine_index.
+        self._several_ranks = data_parallel_size > 1
         self._bucket_overrides = bucket_overrides or {}
         self._bounds: dict[str, tuple[float, ...]] | None = None
         self.kv_cache_metrics = kv_cache_metrics
@@ -115,7 +118,7 @@ class StatsRecorder:
                 parent = parents.get(c.prompt_index)
                 if parent is None:
                     parent = parents[c.prompt_index] = Parent(n)
-            requests[c.engine_id] = RequestStats(arrival, parent, lora)
+            requests[c.engine_id] = RequestStats(arrival, parent, lora, c.engine_index)
 
     def on_step(self, outs: wire.StepOutputs) -> None:
         index = outs.engine_index
@@ -136,10 +139,11 @@ class StatsRecorder:
         hists = stats.histograms
         prev = self._prev_ts.get(index, NAN)
         same = generated = computed = 0
+        several_ranks = self._several_ranks
         for out in outputs:
             rec = requests.get(out.request_id)
-            if rec is None:
-                continue  # finished or aborted here: vLLM ignores it too
+            if rec is None or several_ranks and rec.rank != index:
+                continue  # finished or aborted here (vLLM ignores it too), or not its rank
             generated += len(out.new_token_ids)
             if out.events is not None:
                 count_events(stats, rec, out.events)
@@ -170,7 +174,7 @@ class StatsRecorder:
             for out in outputs:
                 if out.num_nans_in_logits > 0:
                     rec = requests.get(out.request_id)
-                    if rec is not None:
+                    if rec is not None and rec.rank == index:
                         rec.corrupted = True
 
     def on_choice_finished(self, choice: "Choice") -> None:

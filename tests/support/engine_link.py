@@ -17,12 +17,15 @@ class EngineLink:
                  data_parallel_size: int = 1) -> None:
         addresses = derive_addresses(handshake_addr)
         self._on_status: Callable[[str], None] | None = None
-        self.handshake = HandshakeServer(addresses.handshake, addresses.inputs,
-                                         addresses.outputs, data_parallel_size,
-                                         on_status=self._status)
         self.client = EngineClient(addresses.inputs[0], addresses.outputs[0],
                                    data_parallel_size=data_parallel_size,
                                    on_outputs=on_outputs, on_rank_lost=on_rank_lost)
+        liveness = self.client.liveness
+        self.handshake = HandshakeServer(addresses.handshake, addresses.inputs,
+                                         addresses.outputs, data_parallel_size,
+                                         on_status=self._status, hellos=liveness.hellos,
+                                         on_hello=liveness.hello,
+                                         rejections=self.client.rejections)
 
     def _status(self, text: str) -> None:
         if self._on_status is not None:

@@ -71,6 +71,9 @@ class NullEngine:
 
     data_parallel_size = 1
 
+    def __init__(self) -> None:
+        self.rejected: dict[str, int] = {}
+
     def send_add(self, frame: list[bytes], rank: int) -> None:
         pass
 
@@ -79,6 +82,9 @@ class NullEngine:
 
     def routable_ranks(self) -> list[int]:
         return [0]
+
+    def reject(self, reason: str, detail: str = "") -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
     async def call_utility(self, method: str, *args, timeout: float = 10.0):
         return None
