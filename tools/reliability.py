@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from tools.bench import procs
+from harness import procs
 
 DOCS = procs.REPO_ROOT / "docs"
 PIECES = DOCS / "reliability"
