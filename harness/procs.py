@@ -133,23 +133,29 @@ class Proc:
         return log_tail(self.log_path, n)
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # whatever is left of the group
-            os.killpg(self.pid, signal.SIGKILL)
+        stop_group(self.proc, timeout)
+
+
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM to ``proc``'s process group, SIGKILL to whatever is left of it after
+    ``timeout`` seconds (also after a clean exit of the leader)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:
-            self.proc.wait(10)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def wait_log(proc: Proc, needle: str, timeout: float) -> float | None:

@@ -12,16 +12,13 @@ the address the headless engine connects to (exactly what our frontend does)::
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 from harness.engines import MODEL_ARGS, RealEngine, cpu_env
 from harness.frontend import SERVED_NAME
 from harness.ports import HOST, free_port
-from harness.procs import BIN_DIR, log_tail, spawn
+from harness.procs import BIN_DIR, log_tail, spawn, stop_group
 from harness.waits import wait_healthy
 
 READY_TIMEOUT_S = 600.0
@@ -82,17 +79,4 @@ class VllmFrontend:
 
     def stop(self) -> None:
         """SIGTERM to the API server's process group, SIGKILL after a grace period."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # whatever is left of the group, also after a clean exit of the leader
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        stop_group(self.proc, STOP_TIMEOUT_S)

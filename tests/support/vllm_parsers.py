@@ -14,9 +14,6 @@ on first use of ``url``; its process group is killed by ``stop()``.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +21,7 @@ from typing import Sequence
 
 from harness.engines import cpu_env
 from harness.ports import HOST, free_port
-from harness.procs import REPO_ROOT, log_tail, spawn
+from harness.procs import REPO_ROOT, log_tail, spawn, stop_group
 from harness.vllm_server import attached_serve_args
 from harness.waits import Watched, wait_healthy
 
@@ -68,14 +65,4 @@ class VllmMultiServer:
         self.ready = True
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(15)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        stop_group(self.proc, 15)
