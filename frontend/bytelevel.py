@@ -34,7 +34,8 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(printable, map(chr, chars)))
 
 
-CHAR_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
+BYTE_CHAR = _bytes_to_unicode()
+CHAR_BYTE = {c: b for b, c in BYTE_CHAR.items()}
 
 
 def is_byte_level(tokenizer: Tokenizer) -> bool:

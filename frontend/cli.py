@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -13,8 +14,10 @@ import tempfile
 from frontend import structured_outputs as so
 from frontend.engine_client import derive_addresses
 from frontend.lora import parse_lora_modules
-from frontend.model import ModelInfo, load_model_info
-from frontend.ops import flags, logs
+from frontend.hub import HubOptions
+from frontend.model import ModelInfo, ModelSource, load_model_info
+from frontend.ops import argv as vllm_argv
+from frontend.ops import flags, logs, vllm_flags
 from frontend.ops.tracing import RequestTracer
 from frontend.parsers import REASONING_PARSERS, TOOL_PARSERS, ChatParsers, ParserTokenizer
 from frontend.routing import POLICIES
@@ -25,15 +28,31 @@ from frontend.supervisor import WorkerSpec, become_worker
 log = logging.getLogger("frontend")
 
 
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # vLLM's, when no model is named
+LOOPBACK = ("127.", "::1", "localhost")
+ALL_INTERFACES = "0.0.0.0"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="frontend",
+        usage="frontend [serve] [MODEL] [--engine-addr tcp://HOST:PORT] [options]",
         description="OpenAI-compatible HTTP frontend for an unmodified vLLM 0.32 EngineCore. "
                     "It binds --engine-addr; start the engine with `vllm serve MODEL "
-                    "--headless --data-parallel-address HOST --data-parallel-rpc-port PORT`.")
-    p.add_argument("--engine-addr", required=True,
+                    "--headless --data-parallel-address HOST --data-parallel-rpc-port PORT`. "
+                    "Every `vllm serve` flag is accepted, and `--config FILE.yaml`.")
+    p.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
+                   help="the model (as `vllm serve MODEL`); same as --model")
+    p.add_argument("--engine-addr", default=None,
                    help="handshake address this frontend binds and the engine connects to "
-                        "(tcp://HOST:PORT, the engine's --data-parallel-address/-rpc-port)")
+                        "(default: tcp://DATA_PARALLEL_ADDRESS:DATA_PARALLEL_RPC_PORT, i.e. "
+                        "tcp://127.0.0.1:29550, where `vllm serve --headless` with the same "
+                        "flags connects)")
+    p.add_argument("--data-parallel-address", "-dpa", default=None,
+                   help="vLLM's flag: the host part of the default --engine-addr "
+                        "(default 127.0.0.1, or --master-addr)")
+    p.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=None,
+                   help="vLLM's flag: the port of the default --engine-addr (default 29550)")
     p.add_argument("--engine-input-addr", default=None,
                    help="input socket address (default: engine-addr port + 1)")
     p.add_argument("--engine-output-addr", default=None,
@@ -43,13 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "frontend re-attaches to a running engine without a new handshake "
                         "(default: $XDG_RUNTIME_DIR or /tmp, named after --engine-addr; "
                         "'' disables)")
-    p.add_argument("--model", required=True,
-                   help="local Hugging Face model directory (tokenizer and configs)")
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="name(s) clients use in `model` (default: --model)")
-    p.add_argument("--tokenizer", default=None, help="tokenizer directory (default: --model)")
+    add_model_arguments(p)
     p.add_argument("--chat-template", default=None, help="chat template file or inline text")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default=None,
+                   help="address to listen on (default: all interfaces, as vLLM)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-server-count", "-asc", type=int, default=1, metavar="N",
                    help="frontend processes serving one address (vLLM's flag): a supervisor "
@@ -74,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-logprobs", type=int, default=20,
                    help="largest logprobs/prompt_logprobs a request may ask for; must not "
                         "exceed the engine's --max-logprobs (default 20)")
-    p.add_argument("--enable-force-include-usage", action="store_true",
+    p.add_argument("--enable-force-include-usage", action=argparse.BooleanOptionalAction,
+                   default=False,
                    help="add usage to every stream, as if stream_options asked for it")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds running requests may finish after SIGTERM (default 30)")
@@ -89,13 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "name=path, or a JSON object {\"name\", \"path\", "
                         "\"base_model_name\"} per item (vLLM's two forms); the engine "
                         "must run with --enable-lora and a --max-lora-rank that fits")
-    p.add_argument("--enable-lora", action="store_true",
+    p.add_argument("--enable-lora", action=argparse.BooleanOptionalAction, default=False,
                    help="refuse to start unless the engine supports LoRA (implied by "
                         "--lora-modules); adapters can also be loaded at run time with "
                         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true")
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
     tools = p.add_argument_group("tool calling and reasoning (vLLM's flags)")
-    tools.add_argument("--enable-auto-tool-choice", action="store_true",
+    tools.add_argument("--enable-auto-tool-choice", action=argparse.BooleanOptionalAction,
+                       default=False,
                        help='parse tool calls out of the output (tool_choice "auto", '
                             '"required", named); needs --tool-call-parser')
     tools.add_argument("--tool-call-parser", default=None, metavar="{" + ",".join(TOOL_PARSERS)
@@ -107,7 +127,75 @@ def build_parser() -> argparse.ArgumentParser:
                             "field); same as --structured-outputs-config.reasoning_parser")
     so.add_arguments(p)
     flags.add_arguments(p)
+    vllm_flags.add_arguments(p)  # last: every vLLM flag not defined above
     return p
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the model's tokenizer and configs come from: vLLM's flags."""
+    g = p.add_argument_group("model and tokenizer (vLLM's flags)")
+    g.add_argument("--model", default=None,
+                   help="a local Hugging Face model directory or a Hub id, resolved through "
+                        "the Hugging Face cache as vLLM does (HF_HOME, HF_HUB_OFFLINE, "
+                        "HF_TOKEN); the frontend reads its tokenizer and configs, not its "
+                        f"weights (default: MODEL, else {DEFAULT_MODEL}, as vLLM)")
+    g.add_argument("--tokenizer", default=None,
+                   help="tokenizer directory or Hub id (default: the model)")
+    g.add_argument("--tokenizer-mode", default="auto", type=str.lower,
+                   help="auto (default: mistral for a Mistral-format repository, else hf), "
+                        "hf (tokenizer.json, or a sentencepiece or tiktoken tokenizer.model "
+                        "converted at start), mistral (tekken.json via mistral_common)")
+    g.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction,
+                   default=False,
+                   help="allow a tokenizer_config.json that names custom tokenizer code "
+                        "(served from its tokenizer.json; the code itself is not run)")
+    g.add_argument("--revision", default=None, type=_optional_str,
+                   help="Hub revision (branch, tag or commit) of the model")
+    g.add_argument("--tokenizer-revision", default=None, type=_optional_str,
+                   help="Hub revision of the tokenizer (default: --revision)")
+    g.add_argument("--download-dir", default=None, type=_optional_str,
+                   help="Hugging Face cache directory to use instead of the default")
+    g.add_argument("--hf-token", nargs="?", const=True, default=None,
+                   help="token for the Hub (default: $HF_TOKEN or the stored login; bare "
+                        "flag: the stored login)")
+    g.add_argument("--generation-config", default="auto",
+                   help="sampling defaults: auto (the model's generation_config.json), "
+                        "vllm (none), or a directory with a generation_config.json")
+    g.add_argument("--override-generation-config", type=_json_object, default={},
+                   metavar="JSON",
+                   help='sampling defaults over the generation config, e.g. '
+                        '\'{"temperature": 0.5}\'')
+
+
+def _optional_str(text: str) -> str | None:
+    return None if text in ("", "None") else text
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` read as ``vllm serve`` reads it (``serve MODEL``, ``--config``,
+    underscores, dotted JSON flags); a command line vLLM refuses exits 2."""
+    try:
+        argv = vllm_argv.rewrite(argv, parser._option_string_actions)
+    except ValueError as e:
+        parser.error(str(e))
+    args = parser.parse_args(argv)
+    args.model = args.model_tag or args.model or DEFAULT_MODEL  # vLLM: the positional wins
+    if args.engine_addr is None:
+        # vLLM's headless engine: --data-parallel-address, else --master-addr
+        host = (args.data_parallel_address or vllm_flags.recorded(args).engine.get("master_addr")
+                or "127.0.0.1")
+        args.engine_addr = f"tcp://{host}:{args.data_parallel_rpc_port or 29550}"
+    return args
 
 
 def runtime_lora_updating() -> bool:
@@ -137,7 +225,7 @@ def tooling_from_args(args: argparse.Namespace, model: ModelInfo
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     try:
         parse_lora_modules(args.lora_modules)
     except ValueError as e:
@@ -153,12 +241,43 @@ def main(argv: list[str] | None = None) -> int:
     return serve(model, addresses, config)
 
 
-def prepare(args: argparse.Namespace):
+def model_source(args: argparse.Namespace) -> ModelSource:
+    return ModelSource(
+        tokenizer_mode=args.tokenizer_mode, revision=args.revision,
+        tokenizer_revision=args.tokenizer_revision,
+        hub=HubOptions(download_dir=args.download_dir, token=args.hf_token),
+        trust_remote_code=args.trust_remote_code, generation_config=args.generation_config,
+        override_generation_config=args.override_generation_config)
+
+
+def announce(args: argparse.Namespace, ops_config: flags.OpsConfig,
+             recorded: vllm_flags.RecordedFlags) -> None:
+    """The start-up lines about flags: once, by the process that was started."""
+    if recorded.engine:
+        log.info("engine flags: not used by the frontend: %s",
+                 recorded.describe(recorded.engine))
+    if recorded.server:
+        log.warning("vllm serve flags this frontend does not implement (ignored): %s",
+                    recorded.describe(recorded.server))
+    if not ops_config.uds and not args.host.startswith(LOOPBACK) and not ops_config.api_keys:
+        log.warning("listening on %s:%d (%s) without --api-key: anyone who can reach this "
+                    "host can use the API (give --api-key, or --host 127.0.0.1)", args.host,
+                    args.port, "all interfaces" if args.host == ALL_INTERFACES else "beyond "
+                    "loopback")
+
+
+def prepare(args: argparse.Namespace, *, first: bool = True):
     """Flags -> (model facts, engine addresses, server config); ValueError/OSError
-    for anything that must stop the start (exit status 2)."""
+    for anything that must stop the start (exit status 2). ``first``: the
+    process that was started (not one of its workers) logs the flag notes."""
     ops_config = flags.config_from_args(args)
-    logs.setup(args.log_level, args.log_format, secrets=ops_config.api_keys)
+    logs.setup(str(args.log_level).lower(), args.log_format, secrets=ops_config.api_keys)
     flags.validate(ops_config)
+    recorded = vllm_flags.recorded(args)
+    if args.host is None:
+        args.host = ALL_INTERFACES  # vLLM binds all (IPv4) interfaces
+    if first:
+        announce(args, ops_config, recorded)
     lora_modules = parse_lora_modules(args.lora_modules)
     if args.api_server_count < 1:
         raise ValueError("--api-server-count must be at least 1")
@@ -171,7 +290,7 @@ def prepare(args: argparse.Namespace):
                                  args.engine_output_addr, clients=args.api_server_count)
     model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
                             served_names=args.served_model_name,
-                            chat_template_path=args.chat_template)
+                            chat_template_path=args.chat_template, source=model_source(args))
     so_config, parsers = tooling_from_args(args, model)
     if args.data_parallel_size < 1:
         raise ValueError("--data-parallel-size must be at least 1")
@@ -201,7 +320,8 @@ def prepare(args: argparse.Namespace):
                               trace_requests=bool(ops_config.otlp_traces_endpoint),
                               structured_outputs=so_config),
         ops=ops_config, lora_modules=lora_modules,
-        require_lora=args.enable_lora or bool(lora_modules), parsers=parsers)
+        require_lora=args.enable_lora or bool(lora_modules), parsers=parsers,
+        vllm_flags=recorded)
     return model, addresses, config
 
 
@@ -221,7 +341,7 @@ def worker_main(spec: WorkerSpec) -> None:
     """One of ``--api-server-count`` frontend processes (started by the supervisor);
     exits with the status a single frontend would."""
     become_worker()
-    model, addresses, config = prepare(build_parser().parse_args(spec.argv))
+    model, addresses, config = prepare(parse_args(build_parser(), spec.argv), first=False)
     state_file = config.engine_state_file
     config = dataclasses.replace(
         config, client_index=spec.index, shared=spec.shared,

@@ -1,29 +1,16 @@
-"""The frontend's side of the ZMQ link to vLLM 0.32 engine ranks.
+"""The frontend's side of the ZMQ link to vLLM 0.32 engine ranks: the sockets.
 
 One link per frontend process (``client_index``): an input ROUTER (requests to
 the engines, addressed by each rank's identity) and an output PULL (every
 rank's outputs, stamped with ``engine_index``), both bound here; engines only
-connect. A rank is attached when its registration (the ready response, its
-first message on the input socket) arrives, after the handshake server
-(``engine_handshake.py``) answered its HELLO. Outputs are read in an
-event-loop reader callback, decoded once per message and handed to
-``on_outputs``; utility replies resolve their futures here. Aborts are
-coalesced into one message per rank per loop iteration.
+connect. Outputs are read in an event-loop reader callback, decoded once per
+message and handed to ``on_outputs``; utility replies resolve their futures
+here. Aborts are coalesced into one message per rank per loop iteration.
 
-A rank is lost when
-* it dies: its connection drops (socket monitor) and it stays unreachable
-  for ``DISCONNECT_GRACE_S`` (a send to its identity fails with
-  ROUTER_MANDATORY), or it reports ENGINE_CORE_DEAD (a bare frame that does
-  not name the rank: with several ranks, the one that then disconnects);
-* it stalls: it has work but sends nothing for ``stall_timeout`` seconds; it
-  is routed to again as soon as it sends anything.
-Each loss is reported to ``on_rank_lost``: only that rank's requests fail.
-A restarted rank registers again and is attached without a frontend restart.
-
-A restarted frontend on the same addresses re-attaches to running ranks: their
-DEALER and PUSH reconnect by themselves, but they never register again, so
-their ready responses are kept in a state file and a utility probe tells when
-each is back.
+What the link hears about a rank -- a registration on the input socket, a
+message, ENGINE_CORE_DEAD, a dropped connection -- goes to
+:class:`~frontend.engine_ranks.RankLiveness`, which decides what it means
+(attached, stalled, lost) and keeps the engine state file.
 """
 
 from __future__ import annotations
@@ -31,31 +18,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import pathlib
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import msgspec
 import zmq
 
-from frontend.engine_handshake import rank_of
+from frontend.engine_ranks import Rank, RankLiveness
 from protocol import handshake as hs
 from protocol import wire
-from protocol.errors import EngineVersionError, ProtocolError
+from protocol.errors import ProtocolError
 
 log = logging.getLogger("frontend.engine")
 
 # Messages handled per reader callback before yielding to other tasks.
 MAX_MESSAGES_PER_WAKEUP = 64
-# A rank whose connection dropped is declared dead after this long without a
-# reconnect (an engine process that exits drops its connections at once).
-DISCONNECT_GRACE_S = 1.0
-# After ENGINE_CORE_DEAD from one of several ranks: when to look for the one
-# that disconnects.
-DEAD_RANK_CHECKS_S = (0.05, 0.2, 0.5, 1.0, 2.0, 4.0)
-# After a disconnect: when to probe the ranks.
-DISCONNECT_CHECKS_S = (0.0, 0.1, 0.5)
+# A re-attach probe is sent again this often until the rank answers.
+REATTACH_PROBE_S = 0.1
 _PROBE = wire.encode_abort([])  # harmless to a live engine; refused for a gone one
 # zmq's flags as plain ints: combining its enum members costs microseconds,
 # which counts on paths run per request and per engine message.
@@ -116,33 +95,6 @@ def _nth(address: str, i: int) -> str:
     return f"{address}-{i}"
 
 
-class EngineState(msgspec.Struct):
-    """The state file: every attached rank's ready response."""
-
-    ranks: dict[int, hs.ReadyResponse]
-
-
-class Rank:
-    """One engine rank as this link sees it."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.identity = hs.engine_identity(index)
-        self.ready: hs.ReadyResponse | None = None
-        self.alive = False
-        self.stalled = False
-        self.death_reason: str | None = None
-        self.last_heard = 0.0  # monotonic: the last message from it
-        self.last_sent = 0.0   # monotonic: the last request to it
-        self.pending_aborts: list[str] = []
-        self.grace: asyncio.TimerHandle | None = None
-
-    @property
-    def routable(self) -> bool:
-        """Takes new requests: attached, not stalled, not unreachable (in its grace)."""
-        return self.alive and not self.stalled and self.grace is None
-
-
 class EngineClient:
     """Owns the sockets; knows nothing about HTTP or what requests mean."""
 
@@ -157,13 +109,12 @@ class EngineClient:
         self.output_address = output_address
         self.data_parallel_size = data_parallel_size
         self.client_index = client_index
-        self.ranks = [Rank(i) for i in range(data_parallel_size)]
-        self.state_file = pathlib.Path(state_file) if state_file else None
+        self.liveness = RankLiveness(
+            data_parallel_size, reachable=self._reachable, on_rank_lost=on_rank_lost,
+            on_rank_attached=on_rank_attached, on_rank_dead=self._fail_calls,
+            in_flight=in_flight, stall_timeout=stall_timeout, state_file=state_file)
+        self.ranks = self.liveness.ranks
         self._on_outputs = on_outputs
-        self._on_rank_lost = on_rank_lost
-        self._on_rank_attached = on_rank_attached
-        self._in_flight = in_flight
-        self.stall_timeout = stall_timeout
         self.num_aborts_sent = 0  # engine ids in ABORT messages sent (for /metrics)
         self._ctx = zmq.Context.instance()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -173,41 +124,29 @@ class EngineClient:
         self._aborts_scheduled = False
         self._call_ids = itertools.count(1)
         self._utility_calls: dict[int, tuple[int, asyncio.Future]] = {}  # id -> (rank, fut)
-        self._all_attached = asyncio.Event()
-        self._start_error: BaseException | None = None
         self._tasks: list[asyncio.Task] = []
         self._closed = False
-        self._last_death: str | None = None
 
     # ------------------------------------------------------------ what is known
     @property
     def alive(self) -> bool:
         """Some rank can take requests."""
-        return any(r.routable for r in self.ranks)
+        return self.liveness.alive
 
     @property
     def death_reason(self) -> str | None:
-        return None if self.alive else (self._last_death or "no engine attached")
+        return self.liveness.death_reason
 
     @property
     def ready(self) -> hs.ReadyResponse | None:
         """The attached ranks' facts (the smallest context where they differ)."""
-        readies = [r.ready for r in self.ranks if r.ready is not None]
-        if not readies:
-            return None
-        first = readies[0]
-        shortest = min(r.max_model_len for r in readies)
-        if shortest == first.max_model_len:
-            return first
-        return msgspec.structs.replace(first, max_model_len=shortest)
+        return self.liveness.ready
 
     def routable_ranks(self) -> list[int]:
-        return [r.index for r in self.ranks if r.routable]
+        return self.liveness.routable_ranks()
 
     def rank_states(self) -> list[str]:
-        """Each rank's state: ``serving``, ``stalled`` or ``dead`` (never attached too)."""
-        return ["stalled" if r.stalled else "serving" if r.alive else "dead"
-                for r in self.ranks]
+        return self.liveness.rank_states()
 
     # ------------------------------------------------------------ start-up
     def bind(self) -> None:
@@ -248,14 +187,13 @@ class EngineClient:
                     progress: Callable[[str], None] | None = None) -> hs.ReadyResponse:
         """Bind, then wait until every rank is attached."""
         self.bind()
-        cached = self._load_state()
-        if cached:
-            self._tasks.append(asyncio.create_task(self._reattach(cached)))
-        if self.stall_timeout > 0:
-            self._tasks.append(asyncio.create_task(self._watch_stalls()))
+        liveness = self.liveness
+        self._tasks.append(asyncio.create_task(liveness.reattach(self._answers)))
+        if liveness.stall_timeout > 0:
+            self._tasks.append(asyncio.create_task(liveness.watch_stalls()))
         waiter = asyncio.create_task(self._report_while_waiting(progress))
         try:
-            await asyncio.wait_for(asyncio.shield(self._all_attached.wait()), timeout)
+            await asyncio.wait_for(asyncio.shield(liveness.all_attached.wait()), timeout)
         except asyncio.TimeoutError:
             missing = [r.index for r in self.ranks if not r.alive]
             raise TimeoutError(
@@ -266,8 +204,8 @@ class EngineClient:
                 ) from None
         finally:
             waiter.cancel()
-        if self._start_error is not None:
-            raise self._start_error
+        if liveness.start_error is not None:
+            raise liveness.start_error
         ready = self.ready
         assert ready is not None
         return ready
@@ -291,78 +229,12 @@ class EngineClient:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            rank = rank_of(frames[0])
-            if rank is None or rank >= self.data_parallel_size:
-                log.warning("ignoring a registration from engine identity %s (this frontend "
-                            "serves --data-parallel-size %d)", frames[0].hex(),
-                            self.data_parallel_size)
-                continue
-            try:
-                ready = hs.decode_ready_response(frames[1] if len(frames) > 1 else b"")
-                if ready is None:
-                    raise ProtocolError("engine sent an empty ready response; "
-                                        "max_model_len unknown")
-                hs.check_engine_version(ready)
-            except EngineVersionError as e:
-                log.error("%s", e)
-                self._start_error = e
-                self._all_attached.set()
-                continue
-            except ProtocolError as e:
-                log.error("engine rank %d: %s", rank, e)
-                continue
-            self._attach(self.ranks[rank], ready)
+            self.liveness.register(frames[0], frames[1] if len(frames) > 1 else b"")
 
-    def _attach(self, rank: Rank, ready: hs.ReadyResponse) -> None:
-        if rank.alive:  # re-registered before its old connection was seen to close
-            self._lose(rank, "the engine rank restarted")
-        self._cancel_grace(rank)
-        rank.ready, rank.alive, rank.stalled, rank.death_reason = ready, True, False, None
-        rank.last_heard = time.monotonic()
-        log.info("engine rank %d attached: vLLM %s, max_model_len %d, dtype %s, "
-                 "max_num_seqs %d", rank.index, ready.vllm_version, ready.max_model_len,
-                 ready.dtype, ready.max_num_seqs)
-        self._save_state()
-        if self._on_rank_attached:
-            self._on_rank_attached(rank.index, ready)
-        if all(r.alive for r in self.ranks):
-            self._all_attached.set()
-
-    # ------------------------------------------------------------ re-attaching
-    def _load_state(self) -> dict[int, hs.ReadyResponse]:
-        if self.state_file is None or not self.state_file.exists():
-            return {}
-        data = self.state_file.read_bytes()
-        try:
-            ranks = msgspec.msgpack.decode(data, type=EngineState).ranks
-        except msgspec.DecodeError:
-            try:  # the single-engine file of earlier versions
-                ready = hs.decode_ready_response(data)
-            except ProtocolError as e:
-                log.warning("ignoring engine state file %s: %s", self.state_file, e)
-                return {}
-            ranks = {0: ready} if ready is not None else {}
-        return {r: ready for r, ready in ranks.items() if 0 <= r < self.data_parallel_size}
-
-    def _save_state(self) -> None:
-        if self.state_file is None:
-            return
-        state = EngineState({r.index: r.ready for r in self.ranks
-                             if r.alive and r.ready is not None})
-        try:
-            self.state_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.state_file.with_suffix(".tmp")
-            tmp.write_bytes(msgspec.msgpack.encode(state))
-            tmp.replace(self.state_file)
-        except OSError as e:
-            log.warning("cannot write engine state file %s: %s", self.state_file, e)
-
-    async def _reattach(self, cached: dict[int, hs.ReadyResponse]) -> None:
-        """Probe ranks that may already be running; adopt each one that answers."""
-        await asyncio.gather(*(self._reattach_rank(self.ranks[r], ready)
-                               for r, ready in cached.items()))
-
-    async def _reattach_rank(self, rank: Rank, cached: hs.ReadyResponse) -> None:
+    async def _answers(self, rank: Rank) -> bool:
+        """Whether ``rank``, not attached, answers a utility call (for a
+        re-attach): sent again until it does, it attaches by itself, or the
+        link closes."""
         call_id = next(self._call_ids)
         fut = self._loop.create_future()
         self._utility_calls[call_id] = (rank.index, fut)
@@ -375,16 +247,10 @@ class EngineClient:
                 except zmq.ZMQError:
                     pass  # EHOSTUNREACH: not connected (yet)
                 try:
-                    await asyncio.wait_for(asyncio.shield(fut), 0.1)
+                    await asyncio.wait_for(asyncio.shield(fut), REATTACH_PROBE_S)
                 except asyncio.TimeoutError:
                     continue
-            if fut.done() and not rank.alive:
-                hs.check_engine_version(cached)
-                log.info("re-attached to running engine rank %d (no new handshake)",
-                         rank.index)
-                self._attach(rank, cached)
-        except EngineVersionError as e:
-            log.error("%s", e)
+            return fut.done()
         finally:
             self._utility_calls.pop(call_id, None)
 
@@ -461,7 +327,7 @@ class EngineClient:
             send(frames[-1], _NOBLOCK)
         except zmq.ZMQError as e:
             # EHOSTUNREACH: the rank's input DEALER is gone (ROUTER_MANDATORY).
-            self._suspect(rank)
+            self.liveness.suspect(rank)
             raise EngineUnavailableError(f"cannot send to engine rank {rank.index}: "
                                          f"{e}") from e
 
@@ -496,7 +362,7 @@ class EngineClient:
                 rank = ranks[outs.engine_index]
                 rank.last_heard = now
                 if rank.stalled:
-                    self._resume(rank)
+                    self.liveness.resume(rank)
             if outs.outputs or wire.has_scheduler_stats(outs):
                 batch.append(outs)
         else:
@@ -505,7 +371,7 @@ class EngineClient:
         if batch:
             self._on_outputs(batch)
         if dead:
-            self._on_engine_core_dead()
+            self.liveness.engine_core_dead()
 
     def _decode(self, frames: list[bytes]) -> wire.StepOutputs | None:
         try:
@@ -519,18 +385,7 @@ class EngineClient:
                 fut.set_result(outs.utility_output)
         return outs
 
-    # ------------------------------------------------------------ losing ranks
-    def _on_engine_core_dead(self) -> None:
-        reason = "the engine core died (ENGINE_CORE_DEAD)"
-        alive = [r for r in self.ranks if r.alive]
-        if len(alive) == 1:
-            self._lose(alive[0], reason)
-            return
-        # The frame does not name the rank: the one that dies drops its connections.
-        log.warning("an engine rank reported ENGINE_CORE_DEAD; finding which")
-        for delay in DEAD_RANK_CHECKS_S:
-            self._loop.call_later(delay, self._check_ranks)
-
+    # ------------------------------------------------------------ connections
     def _on_monitor_readable(self) -> None:
         disconnected = False
         for monitor in self._monitors:
@@ -542,16 +397,7 @@ class EngineClient:
                 if int.from_bytes(frames[0][:2], "little") == zmq.EVENT_DISCONNECTED:
                     disconnected = True
         if disconnected:
-            # Probe once the socket has noticed the closed peer (it does when
-            # it next processes its commands, at the latest on our next send).
-            for delay in DISCONNECT_CHECKS_S:
-                self._loop.call_later(delay, self._check_ranks)
-
-    def _check_ranks(self) -> None:
-        """Probe every attached rank: one that cannot be reached gets a grace period."""
-        for rank in self.ranks:
-            if rank.alive and not self._reachable(rank):
-                self._suspect(rank)
+            self.liveness.disconnected()
 
     def _reachable(self, rank: Rank) -> bool:
         try:
@@ -560,64 +406,16 @@ class EngineClient:
         except zmq.ZMQError:
             return False
 
-    def _suspect(self, rank: Rank) -> None:
-        if rank.grace is None and rank.alive:
-            rank.grace = self._loop.call_later(DISCONNECT_GRACE_S, self._grace_over, rank)
-
-    def _grace_over(self, rank: Rank) -> None:
-        rank.grace = None
-        if rank.alive and not self._reachable(rank):
-            self._lose(rank, "the engine's connection closed")
-
-    def _cancel_grace(self, rank: Rank) -> None:
-        if rank.grace is not None:
-            rank.grace.cancel()
-            rank.grace = None
-
-    def _lose(self, rank: Rank, reason: str) -> None:
-        self._cancel_grace(rank)
-        if not rank.alive:
-            return
-        rank.alive = rank.stalled = False
-        rank.death_reason = self._last_death = reason
-        rank.pending_aborts.clear()
-        log.error("engine rank %d is dead: %s", rank.index, reason)
+    def _fail_calls(self, rank: Rank, reason: str) -> None:
+        """A rank died: its utility calls get no answer."""
         for index, fut in self._utility_calls.values():
             if index == rank.index and not fut.done():
                 fut.set_exception(EngineUnavailableError(reason))
-        self._on_rank_lost(rank.index, reason)
-
-    # ------------------------------------------------------------ stalls
-    async def _watch_stalls(self) -> None:
-        """A rank with work that sends nothing for ``stall_timeout`` s is stalled."""
-        interval = min(1.0, self.stall_timeout / 4)
-        while True:
-            await asyncio.sleep(interval)
-            now = time.monotonic()
-            for rank in self.ranks:
-                if (rank.routable and self._in_flight is not None
-                        and now - max(rank.last_heard, rank.last_sent) > self.stall_timeout
-                        and self._in_flight(rank.index) > 0):
-                    self._stall(rank)
-
-    def _stall(self, rank: Rank) -> None:
-        rank.stalled = True
-        reason = (f"engine rank {rank.index} sent nothing for {self.stall_timeout:g} s "
-                  "while it had requests (--engine-stall-timeout); they were aborted")
-        self._last_death = reason
-        log.error("%s", reason)
-        self._on_rank_lost(rank.index, reason)
-
-    def _resume(self, rank: Rank) -> None:
-        rank.stalled = False
-        log.warning("engine rank %d sends again after a stall; routing to it again",
-                    rank.index)
 
     # ------------------------------------------------------------ shutdown
     async def close(self) -> None:
         self._closed = True
-        for rank in self.ranks:
-            self._cancel_grace(rank)
+        self.liveness.close()
         for task in self._tasks:
             task.cancel()
             try:

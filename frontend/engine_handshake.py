@@ -5,7 +5,8 @@ with the identity ``rank.to_bytes(2, "little")`` and says HELLO; the answer
 (INIT) carries the input and output addresses of every frontend client, so
 one engine serves several frontend processes, each on its own pair
 (``client_index``). The engine then registers on each input socket (the
-engine link, ``engine_client.py``, attaches it there) and says READY here.
+engine link, ``engine_client.py``, receives it; ``engine_ranks.py`` checks and
+attaches it) and says READY here.
 
 The socket stays bound for the frontend's life: an engine restarted by
 systemd says HELLO again and is answered like the first time.

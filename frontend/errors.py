@@ -15,7 +15,7 @@ import asyncio
 import logging
 import re
 from http import HTTPStatus
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import msgspec
 from aiohttp import web
@@ -72,6 +72,12 @@ def engine_failure(reason: str) -> ApiError:
 
 def from_validation(e: ValidationError) -> ApiError:
     return ApiError(str(e), 400, "BadRequestError", e.parameter)
+
+
+def invalid(message: str, parameter: str | None = None, value: Any = None) -> ApiError:
+    """A rule of vLLM's request models broken: its VLLMValidationError, which
+    clients get as a plain BadRequestError (``"<message> (parameter=..., value=...)"``)."""
+    return from_validation(ValidationError(message, parameter=parameter, value=value))
 
 
 def schema_error(message: str, param: str | None = None) -> ApiError:

@@ -2,9 +2,11 @@
 
 The engine never sends the tokenizer, the chat template or the generation
 config, so the frontend reads them itself with the ``tokenizers`` library
-(no transformers): ``tokenizer.json``, ``tokenizer_config.json``,
-``config.json``, ``generation_config.json`` and an optional
-``chat_template.jinja``.
+(no transformers): the tokenizer (``frontend.tokenizers``: ``tokenizer.json``
+or a converted one), ``tokenizer_config.json``, ``config.json``,
+``generation_config.json`` and an optional ``chat_template.jinja``, from a
+local directory or a Hub id's snapshot in the Hugging Face cache
+(``frontend.hub``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from frontend import hub
+from frontend import tokenizers as tokenizer_modes
 from frontend.bytelevel import ByteLevelTexts, is_byte_level
 
 log = logging.getLogger("frontend.model")
@@ -25,6 +29,8 @@ log = logging.getLogger("frontend.model")
 # vLLM's `--generation-config auto` does (ModelConfig.get_diff_sampling_param).
 _GENERATION_DEFAULT_KEYS = {
     "repetition_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
     "temperature": "temperature",
     "top_k": "top_k",
     "top_p": "top_p",
@@ -51,9 +57,23 @@ def _token_content(value: Any) -> str | None:
     return value
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """vLLM's flags for where the tokenizer and configs come from and how they
+    are read (--tokenizer-mode, --revision, --generation-config, ...)."""
+
+    tokenizer_mode: str = "auto"
+    revision: str | None = None
+    tokenizer_revision: str | None = None  # default: revision
+    hub: hub.HubOptions = hub.HubOptions()
+    trust_remote_code: bool = False
+    generation_config: str = "auto"  # auto | vllm | a directory
+    override_generation_config: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class ModelInfo:
-    path: str
+    path: str  # --model as given (a directory or a Hub id)
     served_names: list[str]
     tokenizer: Tokenizer
     vocab_size: int
@@ -71,8 +91,18 @@ class ModelInfo:
     tokenizer_config: dict[str, Any] = field(default_factory=dict)
     # Set for byte-level BPE tokenizers: the fast incremental decoder's tables.
     byte_level: ByteLevelTexts | None = None
+    # The Metaspace replacement ("▁") of sentencepiece-style tokenizers, whose
+    # single-token decode drops a leading space (vLLM restores it in logprobs).
+    space_marker: str | None = None
+    directory: str = ""  # where its files were read (a Hub id's cache snapshot)
     # Mixture of experts (vLLM's ModelConfig.is_moe): data parallel needs waves.
     num_experts: int = 0
+    # vLLM's override_max_tokens: a cap on every request's max_tokens from
+    # --generation-config DIR or --override-generation-config max_new_tokens.
+    override_max_tokens: int | None = None
+    tokenizer_mode: str = "hf"
+    # Set for tokenizers that render chat prompts themselves (--tokenizer-mode mistral).
+    render_chat: Any = None
 
     @property
     def name(self) -> str:
@@ -102,20 +132,28 @@ class ModelInfo:
 
 def load_model_info(model: str, *, tokenizer_dir: str | None = None,
                     served_names: list[str] | None = None,
-                    chat_template_path: str | None = None) -> ModelInfo:
-    """Load tokenizer and configs from a local Hugging Face model directory."""
-    model_dir = pathlib.Path(model)
-    tok_dir = pathlib.Path(tokenizer_dir) if tokenizer_dir else model_dir
-    tok_file = tok_dir / "tokenizer.json"
-    if not tok_file.exists():
-        raise FileNotFoundError(
-            f"{tok_file} not found: --model (or --tokenizer) must be a local Hugging Face "
-            "model directory with a fast tokenizer (tokenizer.json)")
-    tokenizer = Tokenizer.from_file(str(tok_file))
-    tok_config = _read_json(tok_dir / "tokenizer_config.json")
+                    chat_template_path: str | None = None,
+                    source: ModelSource = ModelSource()) -> ModelInfo:
+    """Load tokenizer and configs from a local Hugging Face model directory or a
+    Hub id (resolved through the Hugging Face cache, as vLLM resolves it)."""
+    model_dir = hub.resolve(model, source.revision, source.hub)
+    tok_name = tokenizer_dir or model
+    tok_revision = source.tokenizer_revision or source.revision
+    tok_dir = (model_dir if tok_name == model and tok_revision == source.revision
+               else hub.resolve(tok_name, tok_revision, source.hub))
     config = _read_json(model_dir / "config.json")
     text_config = config.get("text_config") or config
-    gen_config = _read_json(model_dir / "generation_config.json")
+    mode = tokenizer_modes.resolve_mode(
+        source.tokenizer_mode, tok_dir, config,
+        lambda: hub.repo_files(tok_name, tok_revision, source.hub))
+    loaded = tokenizer_modes.load(
+        tok_dir, mode, tokenizer_config=_read_json(tok_dir / "tokenizer_config.json"),
+        model_type=config.get("model_type"), trust_remote_code=source.trust_remote_code)
+    log.info("tokenizer: %s from %s (tokenizer mode %s)", loaded.source, tok_dir, mode)
+    tokenizer = loaded.tokenizer
+    tok_config = loaded.config
+    gen_config = _generation_config(model_dir, config, source)
+    defaults = _sampling_defaults(gen_config, source)
 
     bos_token = _token_content(tok_config.get("bos_token"))
     eos_token = _token_content(tok_config.get("eos_token"))
@@ -130,12 +168,13 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
     generation_eos_ids = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
 
     added = {i: tok.content for i, tok in tokenizer.get_added_tokens_decoder().items()}
-    special = frozenset(i for i, tok in tokenizer.get_added_tokens_decoder().items()
-                        if tok.special)
+    special = loaded.skip_ids if loaded.skip_ids is not None else frozenset(
+        i for i, tok in tokenizer.get_added_tokens_decoder().items() if tok.special)
     vocab_size = int(text_config.get("vocab_size") or tokenizer.get_vocab_size(True))
 
     info = ModelInfo(
-        path=str(model_dir),
+        path=str(model),  # as given: /v1/models' root is vLLM's --model
+        directory=str(model_dir),
         served_names=served_names or [str(model)],
         tokenizer=tokenizer,
         vocab_size=vocab_size,
@@ -144,23 +183,71 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
         bos_token_id=bos_id,
         eos_token_id=eos_id,
         generation_eos_ids=generation_eos_ids,
-        default_sampling={dst: gen_config[src] for src, dst in _GENERATION_DEFAULT_KEYS.items()
-                          if gen_config.get(src) is not None},
-        chat_template=_load_chat_template(tok_dir, tok_config, chat_template_path),
+        default_sampling=defaults,
+        chat_template=(tok_config["chat_template"] if loaded.render_chat is not None
+                       else _load_chat_template(tok_dir, tok_config, chat_template_path)),
         clean_up_tokenization_spaces=bool(tok_config.get("clean_up_tokenization_spaces", False)),
         added_token_ids=added,
         special_token_ids=special,
         tokenizer_config=tok_config,
         num_experts=_num_experts(text_config),
+        override_max_tokens=(defaults.get("max_tokens")
+                             if source.generation_config not in ("auto", "vllm")
+                             else source.override_generation_config.get("max_new_tokens")),
+        tokenizer_mode=mode,
+        render_chat=loaded.render_chat,
     )
     info.max_chars_per_token = max(
         (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
     if is_byte_level(tokenizer):
         info.byte_level = ByteLevelTexts(tokenizer, special)
-    if info.default_sampling:
-        log.info("default sampling parameters from generation_config.json: %s",
-                 info.default_sampling)
+    info.space_marker = _space_marker(tokenizer)
+    if info.default_sampling and source.generation_config != "vllm":
+        log.warning("Default vLLM sampling parameters have been overridden by %s: `%s`. If "
+                    "this is not intended, please relaunch with `--generation-config vllm`.",
+                    "the model's `generation_config.json`"
+                    if source.generation_config == "auto" else source.generation_config,
+                    info.default_sampling)
     return info
+
+
+def _generation_config(model_dir: pathlib.Path, config: dict[str, Any],
+                       source: ModelSource) -> dict[str, Any]:
+    """vLLM's try_get_generation_config: the model's generation_config.json (for
+    ``auto`` and ``vllm``: its EOS ids count either way) or the directory's,
+    else the generation fields of the config.json beside it."""
+    where = model_dir if source.generation_config in ("auto", "vllm") else pathlib.Path(
+        source.generation_config)
+    if source.generation_config not in ("auto", "vllm") and not where.is_dir():
+        raise FileNotFoundError(f"--generation-config {source.generation_config}: "
+                                "not auto, vllm or a directory")
+    if (where / "generation_config.json").exists():
+        return _read_json(where / "generation_config.json")
+    fallback = config if where == model_dir else _read_json(where / "config.json")
+    return {k: v for k, v in fallback.items()
+            if k in _GENERATION_DEFAULT_KEYS or k == "eos_token_id"}
+
+
+def _sampling_defaults(gen_config: dict[str, Any], source: ModelSource) -> dict[str, Any]:
+    """vLLM's get_diff_sampling_param: the generation config's sampling fields
+    (none for ``--generation-config vllm``), --override-generation-config over them."""
+    merged = {} if source.generation_config == "vllm" else dict(gen_config)
+    merged.update(source.override_generation_config)
+    return {dst: merged[src] for src, dst in _GENERATION_DEFAULT_KEYS.items()
+            if merged.get(src) is not None}
+
+
+def _space_marker(tokenizer: Tokenizer) -> str | None:
+    """vLLM's get_leading_space_marker: a Metaspace pre-tokenizer's replacement
+    (on its own or in a Sequence), else None."""
+    pre = tokenizer.pre_tokenizer
+    if pre is None:
+        return None
+    spec = json.loads(pre.__getstate__())
+    for part in [spec, *(spec.get("pretokenizers") or [])]:
+        if part.get("type") == "Metaspace":
+            return part.get("replacement", "▁")
+    return None
 
 
 def _num_experts(config: dict[str, Any]) -> int:

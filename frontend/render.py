@@ -107,6 +107,9 @@ class Renderer:
             keep = self.max_model_len if max_output_tokens == 0 else self.max_model_len - 1
 
         def work() -> tuple[str, list[int]]:
+            if self.model.render_chat is not None:  # the tokenizer renders (mistral)
+                return self._render_ids(conversation, add_generation_prompt,
+                                        continue_final_message, kwargs, keep, truncation_side)
             text = template.render(conversation, add_generation_prompt=add_generation_prompt,
                                    continue_final_message=continue_final_message,
                                    kwargs=kwargs)
@@ -123,6 +126,22 @@ class Renderer:
         if check_length:
             self.check_tokens(ids)
         return RenderedChat(conversation, text, ids)
+
+    def _render_ids(self, conversation: list[dict[str, Any]], add_generation_prompt: bool,
+                    continue_final_message: bool, kwargs: dict[str, Any], keep: int | None,
+                    side: str | None) -> tuple[str, list[int]]:
+        """A prompt the tokenizer renders to ids itself (vLLM's MistralRenderer):
+        truncated and checked like a rendered text; its text is its decoding."""
+        try:
+            ids = self.model.render_chat(
+                conversation, tools=kwargs.get("tools"),
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
+                reasoning_effort=kwargs.get("reasoning_effort"))
+        except ValueError as e:  # mistral_common refused it: vLLM's 400
+            raise ValidationError(str(e)) from None
+        ids = self._limit(_slice(ids, keep, side))
+        return self.model.decode(ids), ids
 
     def _chat_template(self) -> chat_template.ChatTemplate:
         if self.template is None:

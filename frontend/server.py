@@ -33,8 +33,9 @@ from frontend.ops import admission, listeners, security, systemd
 from frontend.ops.flags import OpsConfig
 from frontend.ops.metrics import Metrics
 from frontend.ops.service_metrics import ServiceMetrics
-from frontend.ops.stats import EngineMetrics, compute_nans_in_logits
+from frontend.ops.stats_recorder import StatsRecorder, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
+from frontend.ops.vllm_flags import RecordedFlags
 from frontend.parsers import ChatParsers
 from frontend.render import Renderer
 from frontend.routing import Router
@@ -50,7 +51,7 @@ GC_THRESHOLDS = (50_000, 50, 100)
 
 @dataclass
 class ServerConfig:
-    host: str = "127.0.0.1"
+    host: str = "0.0.0.0"
     port: int = 8000
     engine_ready_timeout: float = 600.0
     shutdown_timeout: float = 30.0
@@ -72,6 +73,9 @@ class ServerConfig:
     lora_modules: list[LoRAModulePath] = field(default_factory=list)
     require_lora: bool = False  # --enable-lora: the engine must support LoRA
     parsers: ChatParsers | None = None  # tool-call and reasoning parsers
+    # The vllm serve flags given that the frontend does not act on (engine
+    # flags: their values, e.g. for vllm:cache_config_info).
+    vllm_flags: RecordedFlags = field(default_factory=RecordedFlags)
 
 
 class Server:
@@ -91,15 +95,15 @@ class Server:
             on_rank_lost=self._on_rank_lost, on_rank_attached=self._on_rank_attached,
             in_flight=self._in_flight, stall_timeout=config.engine_stall_timeout,
             state_file=config.engine_state_file)
-        engine_metrics = None
+        recorder = None
         if not config.ops.disable_log_stats:
-            engine_metrics = EngineMetrics(
+            recorder = StatsRecorder(
                 lambda: self.state.max_model_len, kv_cache_metrics=config.ops.kv_cache_metrics,
                 count_nans=compute_nans_in_logits(),
                 bucket_overrides=config.ops.custom_histogram_buckets)
-            engine_metrics.tracer = tracer
+            recorder.tracer = tracer
         self.table = Table(self.engine, model, self._model_limits, self.router,
-                           observer=engine_metrics, client_index=client,
+                           observer=recorder, client_index=client,
                            num_clients=config.num_clients)
         self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model),
                               config.parsers)
@@ -108,7 +112,7 @@ class Server:
                                             slot=client)
         service = (ServiceMetrics(config.metrics_dir, client)
                    if config.metrics_dir is not None else None)
-        self.metrics = Metrics(self.state, self.limits, engine_metrics, service)
+        self.metrics = Metrics(self.state, self.limits, recorder, service)
         self.runner: web.AppRunner | None = None
         self._limits_for: object = object()  # the ReadyResponse _limits was built for
         self._limits: ModelLimits | None = None
@@ -138,8 +142,8 @@ class Server:
 
     def _on_rank_attached(self, rank: int, ready: ReadyResponse) -> None:
         self.router.configure(rank, ready.block_size, ready.num_gpu_blocks)
-        if ready.supports_lora and self.metrics.engine is not None:
-            self.metrics.engine.enable_lora(ready.max_loras)
+        if ready.supports_lora and self.metrics.recorder is not None:
+            self.metrics.recorder.enable_lora(ready.max_loras)
         self.state.engine_attached(self.engine.ready)
         if self.runner is not None:  # a rank attached after a restart
             self.notifier.status(f"engine rank {rank} attached again; serving")

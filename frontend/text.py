@@ -300,6 +300,12 @@ class TokenTexts:
         text = self._cache.get(token_id)
         if text is None:
             text = self._model.decode([token_id]) or ""
+            marker = self._model.space_marker
+            if marker:  # vLLM's _restore_leading_spaces: decode() strips them
+                raw = self._model.id_to_token(token_id) or ""
+                markers = len(raw) - len(raw.lstrip(marker))
+                missing = markers - (len(text) - len(text.lstrip(" ")))
+                text = " " * missing + text if missing > 0 else text
             self._cache[token_id] = text
         return text
 

@@ -27,10 +27,10 @@ IDLE_TIMEOUT_S = 10.0
 
 def frontend_command(engine_addr: str, model_dir: Path, port: int, *extra: str,
                      state_file: Path | str = "") -> list[str]:
-    """``frontend`` serving ``model_dir`` as ``tiny`` on ``port``, attached to the
-    engine(s) at ``engine_addr`` (``state_file`` "": no re-attach state)."""
+    """``frontend`` serving ``model_dir`` as ``tiny`` on loopback ``port``, attached
+    to the engine(s) at ``engine_addr`` (``state_file`` "": no re-attach state)."""
     return [str(BIN_DIR / "frontend"), "--engine-addr", engine_addr, "--model", str(model_dir),
-            "--served-model-name", SERVED_NAME, "--port", str(port),
+            "--served-model-name", SERVED_NAME, "--host", HOST, "--port", str(port),
             "--engine-state-file", str(state_file), *extra]
 
 
@@ -41,7 +41,7 @@ class FrontendProcess:
 
     def __init__(self, engine_addr: str, model_dir: Path, workdir: Path, *extra_args: str,
                  state_file: Path | None = None, port: int | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, argv: list[str] | None = None) -> None:
         self.engine_addr = engine_addr
         self.port = port or free_port()
         self.url = f"http://{HOST}:{self.port}"
@@ -50,6 +50,8 @@ class FrontendProcess:
         self.command = frontend_command(engine_addr, model_dir, self.port,
                                         "--enable-debug-endpoints", *extra_args,
                                         state_file=self.state_file)
+        if argv is not None:  # a whole command line of the caller's (and the port)
+            self.command = [str(BIN_DIR / "frontend"), *argv, "--port", str(self.port)]
         self.proc = spawn(self.command, self.log_path, env)
 
     def log(self) -> str:

@@ -46,6 +46,18 @@ def tree(pid: int) -> list[int]:
     return out
 
 
+def pids_named(pids: Sequence[int], name: str) -> list[int]:
+    """Those of ``pids`` whose executable is called ``name`` (/proc/PID/exe)."""
+    out = []
+    for pid in pids:
+        try:
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == name:
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
 def cpu_seconds(pids: Sequence[int]) -> float:
     """utime + stime (and of waited-for children) of the processes, in seconds."""
     total = 0

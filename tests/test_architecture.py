@@ -25,8 +25,10 @@ PACKAGES = (*PRODUCT, "harness")
 # Bottom to top; a module may import only from its own layer or those below.
 LAYERS = [
     ("protocol",),
-    ("frontend.bytelevel", "frontend.model", "frontend.text", "frontend.errors",
-     "frontend.chat_template", "frontend.engine_handshake", "frontend.engine_client",
+    ("frontend.bytelevel", "frontend.hub", "frontend.tokenizers", "frontend.model",
+     "frontend.text", "frontend.errors",
+     "frontend.chat_template", "frontend.engine_handshake", "frontend.engine_ranks",
+     "frontend.engine_client",
      "frontend.routing", "frontend.fanout", "frontend.render",
      "frontend.grammars", "frontend.structured_outputs", "frontend.parsers",
      "frontend.lora"),

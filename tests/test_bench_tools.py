@@ -90,11 +90,16 @@ def test_report_renders_markdown(tmp_path):
         "ceiling": [], "failures": [],
         "startup": [{"frontend": "ours", "engine": "mock", "repeat": 0,
                      "start_to_serving_s": 0.5, "engine_ready_to_serving_s": 0.05,
-                     "rss_idle_mb": 50.0}],
+                     "rss_idle_mb": 50.0},
+                    {"frontend": "rust", "engine": "mock", "repeat": 0,
+                     "start_to_serving_s": 6.0, "rss_idle_mb": 640.0,
+                     "rss_idle_binary_mb": 45.0}],
         "runs": [run("ours", "stream-c64", 0, 30000.0, 0.03),
                  run("vllm", "stream-c64", 0, 10000.0, 0.09),
+                 run("rust", "stream-c64", 0, 40000.0, 0.02),
                  run("ours", "stream-c64", 1, 33000.0, 0.03),
-                 run("vllm", "stream-c64", 1, 10000.0, 0.09)]}
+                 run("vllm", "stream-c64", 1, 10000.0, 0.09),
+                 run("rust", "stream-c64", 1, 30000.0, 0.02)]}
     path = tmp_path / "b.json"
     path.write_text(json.dumps(data))
     md, _ = report.render(path, tmp_path / "b.md", tmp_path / "b.png")
@@ -102,6 +107,15 @@ def test_report_renders_markdown(tmp_path):
     assert "| streaming c=64: output tok/s ≥ 3× vLLM | 3.15 (3.00–3.30)×" in text
     assert "| streaming c=64: p99 TTFT ≤ 0.5× vLLM | 0.40 (0.40–0.40)× | met |" in text
     assert "start-up < 1 s after the engine is ready | 0.050 s | met" in text
+    # the three-way table: ours, vLLM Rust, vLLM Python, and ratios to each
+    assert text.startswith("# Benchmarks: this frontend vs vLLM 0.32's Rust and Python "
+                           "frontends")
+    assert "| mock | vLLM Rust | 6.00 | - | 640 (vllm-rs alone 45) |" in text
+    rows = [ln.split(" | ")[1] for ln in text.splitlines() if ln.startswith("| stream-c64 |")]
+    assert rows[:3] == ["ours", "vLLM Rust", "vLLM Python"]
+    assert "#### Ratios, ours / vLLM Rust, per repeat" in text
+    assert "| stream-c64 | 0.93 (0.75–1.10)× | 0.67 (0.67–0.67)× |" in text
+    assert "#### Ratios, ours / vLLM Python, per repeat" in text
 
 
 @pytest.fixture
@@ -206,7 +220,10 @@ def test_report_renders_the_paced_section(tmp_path):
                  run("ours", "stream-c256@0ms", rep, 0.01, tok_s=100000.0),
                  run("vllm", "stream-c256@0ms", rep, 0.05, tok_s=25000.0),
                  run("ours", "plain-mt1-c64@2ms", rep, 0.5, req_s=3000.0, stream=False),
-                 run("vllm", "plain-mt1-c64@2ms", rep, 2.0, req_s=1000.0, stream=False)]
+                 run("vllm", "plain-mt1-c64@2ms", rep, 2.0, req_s=1000.0, stream=False),
+                 run("rust", "stream-c64@2ms", rep, 0.02),
+                 run("rust", "stream-c256@0ms", rep, 0.008, tok_s=90000.0),
+                 run("rust", "plain-mt1-c64@2ms", rep, 0.5, req_s=3000.0, stream=False)]
         floors += [floor("stream-c64@0ms", rep, 0.01), floor("stream-c64@2ms", rep, 0.006),
                    floor("plain-mt1-c64@0ms", rep, 0.05)]
     data = {
@@ -234,3 +251,15 @@ def test_report_renders_the_paced_section(tmp_path):
     assert "| plain-mt1-c64@2ms: requests/s ≥ 4× vLLM's | 3.00 (3.00–3.00)× | missed" in text
     assert ("| plain-mt1-c64@0ms | 30,000 (30,000–30,000) | 250 | 0.0500 (0.0500–0.0500) | "
             "0.050 (0.050–0.050) |") in text
+    # issue 30's targets against the Rust frontend
+    assert ("| stream-c64@2ms: frontend CPU per output token ≤ 0.8× vLLM Rust's (issue 30) | "
+            "0.60 (0.60–0.60)× vLLM Rust's | met |") in text
+    assert "| stream-c64@2ms: p99 TTFT ≤ vLLM Rust's (issue 30) | 1.00 (1.00–1.00)× " \
+           "vLLM Rust's | met |" in text
+    assert "| plain-mt1-c64@2ms: frontend CPU per request ≤ 0.8× vLLM Rust's (issue 30) | " \
+           "1.00 (1.00–1.00)× vLLM Rust's | missed (1.25× the target) |" in text
+    assert "| stream-c256@0ms: output tok/s ≥ 1.25× vLLM Rust's (issue 30) | 1.11 " \
+           "(1.11–1.11)× vLLM Rust's | missed (0.89× the target) |" in text
+    assert "Ratios per repeat (ours / vLLM Rust measured seconds apart):" in text
+    assert "Ratios per repeat (ours / vLLM Python measured seconds apart; ours / the " \
+           "floor of the same repeat):" in text

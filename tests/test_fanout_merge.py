@@ -33,7 +33,7 @@ def streaming_choice(model, **fields):
     req = CompletionRequest(model="tiny", prompt="Hello", max_tokens=16, stream=True, **fields)
     ids = model.encode("Hello")
     group = Group("cmpl-merge", stream=True)
-    params = build_sampling_params(model, msgspec.structs.asdict(req), max_tokens=16,
+    params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=16,
                                    stream=True)
     choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                               params=params)
@@ -150,7 +150,7 @@ def _random_streams(model, seed: int, lean: bool) -> list[bytes]:
                                 stream_options=StreamOptions(include_usage=True) if i % 2 else None)
         ids = model.encode(req.prompt)
         group = Group(f"cmpl-{i}", stream=True)
-        params = build_sampling_params(model, msgspec.structs.asdict(req), max_tokens=40,
+        params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=40,
                                        stream=True)
         choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                                   params=params)

@@ -7,7 +7,6 @@ histograms' sums are exact.
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -15,8 +14,11 @@ from frontend.fanout import Group
 from frontend.model import load_model_info
 from frontend.openai.completions import CompletionRequest
 from frontend.openai.sampling import build_sampling_params
-from frontend.ops.stats import EngineMetrics, check_bucket_overrides, request_token_buckets
-from frontend.ops.vllm_metrics import Exposition, cache_config_labels
+from frontend.ops.buckets import check_bucket_overrides, request_token_buckets
+from frontend.ops.rank_stats import RankStats
+from frontend.ops.service_metrics import Snapshot
+from frontend.ops.stats_recorder import StatsRecorder
+from frontend.ops.vllm_metrics import ITL, Exposition, cache_config_labels
 from harness.state import SCHEDULER_STATS, make_state
 from protocol import wire
 from protocol.handshake import ReadyResponse
@@ -41,7 +43,7 @@ class Harness:
 
     def __init__(self, model) -> None:
         self.model = model
-        self.metrics = EngineMetrics(lambda: MAX_MODEL_LEN)
+        self.metrics = StatsRecorder(lambda: MAX_MODEL_LEN)
         self.state = make_state(model, MAX_MODEL_LEN, observer=self.metrics)
         self.table = self.state.table
 
@@ -49,7 +51,7 @@ class Harness:
                **fields) -> Group:
         req = CompletionRequest(model="tiny", prompt="x", max_tokens=max_tokens, n=n,
                                 **fields)
-        params = build_sampling_params(self.model, msgspec.structs.asdict(req),
+        params = build_sampling_params(self.model, req.to_sampling_fields(),
                                        max_tokens=max_tokens, stream=False)
         group = Group("cmpl-test", stream=False)
         for p, ids in enumerate(prompts):
@@ -67,20 +69,23 @@ class Harness:
         self.table.on_outputs([wire.decode_step(frames)])
 
     def families(self) -> dict:
-        registry = CollectorRegistry(auto_describe=False)
-        metrics = self.metrics
+        return families({i: self.metrics.rank(i) for i in sorted({0, *self.metrics.ranks})})
 
-        class Collector:
-            def collect(self):
-                indexes = sorted({0, *metrics.engines})
-                yield from Exposition([(str(i), metrics.engine(i)) for i in indexes], "tiny",
-                                      1.0).families(
-                    cache_config=cache_config_labels(
-                        ReadyResponse(max_model_len=MAX_MODEL_LEN, num_gpu_blocks=1024,
-                                      block_size=128), len(indexes)),
-                    count_nans=False, kv_cache_metrics=False)
-        registry.register(Collector())
-        return parse(generate_latest(registry).decode())
+
+def families(ranks: dict[int, RankStats]) -> dict:
+    """/metrics' vLLM families of these ranks' stats, parsed."""
+    registry = CollectorRegistry(auto_describe=False)
+
+    class Collector:
+        def collect(self):
+            yield from Exposition([(str(i), stats) for i, stats in ranks.items()], "tiny",
+                                  1.0).families(
+                cache_config=cache_config_labels(
+                    ReadyResponse(max_model_len=MAX_MODEL_LEN, num_gpu_blocks=1024,
+                                  block_size=128), len(ranks)),
+                count_nans=False, kv_cache_metrics=False)
+    registry.register(Collector())
+    return parse(generate_latest(registry).decode())
 
 
 def out(choice, tokens, finish=None, *, first_prompt_len=None, events=None,
@@ -264,6 +269,45 @@ def test_every_engine_has_its_own_children(model):
     assert {dict(labels)["num_gpu_blocks"] for _, labels in info.samples} == {"2048"}
 
 
+def test_two_processes_stats_merge_to_their_sum(model):
+    """--api-server-count: a rank's stats from two processes, each through a
+    snapshot's bytes, merge to the sum of every counter and histogram, with the
+    gauges of the later scheduler stats."""
+    def workload(h: Harness, t0: float, running: int) -> None:
+        x, y = h.submit([[5, 6, 7]], n=2, max_tokens=4).choices
+        stats = {**QUIET_STATS, "num_running_reqs": running,
+                 "prefix_cache_stats": {"queries": 10 * running, "hits": 4}}
+        h.step(t0, out(x, [11], first_prompt_len=3, events=[(QUEUED, t0 - 1),
+                                                           (SCHEDULED, t0 - 0.5)]),
+               out(y, [12], first_prompt_len=3, events=[(PREEMPTED, t0 - 0.2)]), stats=stats)
+        h.step(t0 + 0.25 * running, out(x, [13], LENGTH), out(y, [14], STOP))
+
+    a, b = Harness(model), Harness(model)
+    workload(a, 1.0, 3)
+    a.step(1.5, stats={**QUIET_STATS, "num_running_reqs": 7, "spec_decoding_stats": {
+        "num_spec_tokens": 2, "num_drafts": 1, "num_draft_tokens": 2,
+        "num_accepted_tokens": 1, "num_accepted_tokens_per_pos": [1, 0]}})
+    workload(b, 5.0, 1)
+
+    def through_bytes(h: Harness) -> Snapshot:
+        snapshot = Snapshot({0: h.metrics.rank(0)})
+        return msgspec.msgpack.decode(msgspec.msgpack.encode(snapshot), type=Snapshot)
+
+    fa, fb = a.families(), b.families()
+    merged = families(through_bytes(a).merge(through_bytes(b)).ranks)
+    assert merged.keys() == fa.keys()  # spec decode: in a only
+    for name, family in merged.items():
+        for key, got in family.samples.items():
+            in_a, in_b = (f[name].samples.get(key, 0) if name in f else 0 for f in (fa, fb))
+            want = in_b if family.type == "gauge" else in_a + in_b
+            assert got == pytest.approx(want), (name, key)
+    assert value(merged, "vllm:request_success", "_total") == 4
+    assert value(merged, "vllm:num_preemptions", "_total") == 2
+    assert value(merged, "vllm:request_queue_time_seconds", "_count") == 2
+    assert value(merged, "vllm:num_requests_running") == 1  # b's stats are the later
+    assert value(merged, "vllm:spec_decode_num_drafts", "_total") == 1
+
+
 @pytest.mark.parametrize("max_model_len, last", [
     (1024, 1000), (2048, 2000), (4096, 2000), (8192, 5000), (131072, 100000), (1, 1)])
 def test_request_token_buckets_are_vllms(max_model_len, last):
@@ -281,7 +325,7 @@ def test_inter_token_gaps_of_a_shared_step_equal_one_by_one(model):
     h.step(1.5, out(a, [12]), out(b, [12]))  # c skips this message
     h.step(2.25, out(a, [13]), out(b, [13]), out(c, [13]))
     h.step(2.5, out(a, [14], LENGTH), out(b, [14], LENGTH), out(c, [14], LENGTH))
-    itl = h.metrics.engine(0).itl
+    itl = h.metrics.rank(0).histograms[ITL]
     assert itl.count == 2 + 3 + 3
     assert itl.sum == pytest.approx(2 * 0.5 + 2 * 0.75 + 1.25 + 3 * 0.25)
     assert [n for n in itl.counts if n] == [3, 2, 2, 1]  # 0.25 x3, 0.5 x2, 0.75 x2, 1.25
@@ -290,7 +334,7 @@ def test_inter_token_gaps_of_a_shared_step_equal_one_by_one(model):
 
 def test_custom_histogram_buckets_replace_a_familys_bounds(model):
     h = Harness(model)
-    h.metrics = EngineMetrics(lambda: MAX_MODEL_LEN, bucket_overrides=check_bucket_overrides(
+    h.metrics = StatsRecorder(lambda: MAX_MODEL_LEN, bucket_overrides=check_bucket_overrides(
         {"request_latency": [0.01, 0.5, 2], "request_tokens": [4, 8]}))
     f = h.families()
     assert f["vllm:e2e_request_latency_seconds"].bounds == ("0.01", "0.5", "2.0", "+Inf")

@@ -16,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from frontend.fanout import Group
@@ -174,7 +173,7 @@ def test_trace_headers_go_to_the_engine(tiny_model_dir):
     state = make_state(model, 1024)
     state.table.engine.send_add = lambda frames, rank: sent.append(frames)
     req = CompletionRequest(model="tiny", prompt="x", max_tokens=2)
-    params = build_sampling_params(model, msgspec.structs.asdict(req), max_tokens=2,
+    params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=2,
                                    stream=False)
     headers = {"traceparent": TRACEPARENT, "tracestate": "a=b", "x-other": "no"}
     for context in (trace_headers(headers), None):

@@ -26,7 +26,7 @@ trap stop_engine EXIT
 
 # Not exec: the trap must stop the engine when the frontend exits.
 "$BIN/frontend" --engine-addr "tcp://127.0.0.1:$ENGINE_PORT" --model "$MODEL" \
-    --served-model-name "$SERVED_NAME" --port "$PORT" &
+    --served-model-name "$SERVED_NAME" --host 127.0.0.1 --port "$PORT" &
 frontend_pid=$!
 trap 'kill -TERM $frontend_pid 2>/dev/null || true' INT TERM
 wait "$frontend_pid" || true

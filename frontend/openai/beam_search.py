@@ -34,9 +34,10 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from frontend.errors import ApiError, from_validation
+from frontend.errors import ApiError, from_validation, invalid
 from frontend.fanout import Delta, Group
 from frontend.ids import random_hex
+from frontend.openai.request_fields import SamplingRequest
 from frontend.openai.sampling import finalize, get_max_tokens
 from frontend.state import AppState
 from frontend.text import Position
@@ -45,21 +46,7 @@ from protocol.lora import LoRARequest
 from protocol.sampling import MAX_N_SEQUENCES, OutputKind, SamplingParams, check
 
 
-def check_completion_fields(req: Any) -> None:
-    """vLLM's CompletionRequest.check_logprobs rules for beam search (run first)."""
-    if not req.use_beam_search:
-        return
-    if req.logprob_token_ids:
-        raise from_validation(ValidationError(
-            "`logprob_token_ids` is not supported with beam search.",
-            parameter="logprob_token_ids"))
-    if req.echo and req.logprobs is not None:
-        raise from_validation(ValidationError(
-            "`echo` with `logprobs` is not supported with beam search because beam search "
-            "does not compute prompt logprobs.", parameter="echo"))
-
-
-def check_not_streaming(req: Any) -> None:
+def check_not_streaming(req: SamplingRequest) -> None:
     """/v1/completions refuses a beam search stream (chat pseudo-streams it)."""
     if req.use_beam_search and req.stream:
         raise ApiError("Streaming is not currently supported with beam search")
@@ -77,14 +64,14 @@ class BeamParams:
     skip_special_tokens: bool
 
     @classmethod
-    def from_request(cls, req: Any, defaults: dict[str, Any]) -> BeamParams:
+    def from_request(cls, req: SamplingRequest, defaults: dict[str, Any]) -> BeamParams:
         width = req.n if req.n is not None else 1
         if width < 1:
-            raise from_validation(ValidationError(f"beam_width must be at least 1, got {width}."))
+            raise invalid(f"beam_width must be at least 1, got {width}.")
         if width > MAX_N_SEQUENCES:
-            raise from_validation(ValidationError(
-                f"beam_width must be at most {MAX_N_SEQUENCES}, got {width}. To increase "
-                "this limit, set the VLLM_MAX_N_SEQUENCES environment variable."))
+            raise invalid(f"beam_width must be at most {MAX_N_SEQUENCES}, got {width}. To "
+                          "increase this limit, set the VLLM_MAX_N_SEQUENCES environment "
+                          "variable.")
         temperature = req.temperature
         if temperature is None:
             temperature = defaults.get("temperature", 1.0)
@@ -136,7 +123,7 @@ class BeamChoice:
 
 # ---------------------------------------------------------------------------- serving
 
-async def serve(state: AppState, request: web.Request, req: Any, request_id: str,
+async def serve(state: AppState, request: web.Request, req: SamplingRequest, request_id: str,
                 prompts: list[list[int]], requested_max_tokens: int | None,
                 lora: LoRARequest | None, make_view: Callable[[Group], Any]
                 ) -> web.StreamResponse:
@@ -146,7 +133,8 @@ async def serve(state: AppState, request: web.Request, req: Any, request_id: str
     step = step_params(state, params)
     max_model_len = state.max_model_len
     max_tokens = [get_max_tokens(max_model_len, requested_max_tokens, len(ids),
-                                 model.default_sampling) for ids in prompts]
+                                 model.default_sampling, model.override_max_tokens)
+                  for ids in prompts]
     searches = [search(state, request_id, ids, params, step, limit, lora, req.cache_salt)
                 for ids, limit in zip(prompts, max_tokens)]
     if len(searches) == 1:

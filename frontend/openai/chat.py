@@ -18,21 +18,22 @@ import msgspec
 from aiohttp import web
 
 from frontend import structured_outputs as so
-from frontend.errors import ApiError, from_validation, schema_error
+from frontend.errors import ApiError, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search, tooling
+from frontend.openai import validators as rules
 from frontend.openai.common import (
-    StreamOptions,
-    as_n,
     decode_body,
     request_id_for,
     serve_group,
     stream_usage_flags,
     usage_dict,
-    validate_cache_salt,
 )
+from frontend.openai.counting import BodyCounts, choice_counter
 from frontend.openai.logprobs import chat_logprobs, prompt_logprobs_json
+from frontend.openai.request_fields import SamplingRequest
 from frontend.openai.sampling import (
+    SamplingFields,
     build_sampling_params,
     check_max_output_tokens,
     child_params,
@@ -44,33 +45,18 @@ from frontend.parsers import stream_finish_reason
 from frontend.render import RenderedChat, check_template_override, template_kwargs
 from frontend.state import AppState
 from frontend.text import Position
-from protocol.errors import ValidationError
 
-MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
 RESPONSE_ROLE = "assistant"  # vLLM's --response-role default
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 
 
-class ChatCompletionRequest(msgspec.Struct, kw_only=True):
+class ChatCompletionRequest(SamplingRequest, kw_only=True):
     messages: Any = msgspec.UNSET
-    model: str | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
     logprobs: bool | None = False
     # Any: vLLM rejects non-numbers here before coercing (see validate_request).
     top_logprobs: Any = 0
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    n: int | None = 1
-    presence_penalty: float | None = None
-    response_format: Any = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool | None = False
-    # Any: vLLM's check looks at the raw object ({} is "not set").
-    stream_options: Any = None
-    temperature: float | None = None
-    top_p: float | None = None
     tools: Any = None
     tool_choice: Any = msgspec.UNSET
     functions: Any = None
@@ -78,24 +64,6 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     reasoning_effort: str | None = None
     include_reasoning: bool = True
     parallel_tool_calls: bool | None = True
-    user: str | None = None
-    use_beam_search: bool = False
-    length_penalty: float = 1.0
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    stop_token_ids: list[int] | None = None
-    include_stop_str_in_output: bool = False
-    ignore_eos: bool = False
-    min_tokens: int = 0
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
-    truncate_prompt_tokens: int | None = None
-    truncation_side: str | None = None
-    prompt_logprobs: Any = None
-    logprob_token_ids: list[int] | None = None
-    allowed_token_ids: list[int] | None = None
-    bad_words: list[str] | None = None
     echo: bool = False
     # UNSET: vLLM's "both set" check looks at what the client sent, not the default.
     add_generation_prompt: bool | msgspec.UnsetType = msgspec.UNSET
@@ -104,74 +72,45 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True):
     documents: list[Any] | None = None
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    structured_outputs: Any = None
-    priority: int = 0
-    request_id: str | None = None
     session_id: str | None = None
-    return_tokens_as_token_ids: bool | None = None
-    return_token_ids: bool | None = None
     return_prompt_text: bool | None = None
-    cache_salt: Any = None  # checked by validate_cache_salt, as vLLM does
     kv_transfer_params: dict[str, Any] | None = None
     ec_transfer_params: dict[str, Any] | None = None
-    repetition_detection: dict[str, int] | None = None
-    stream_interval: int | None = None
 
-
-def _invalid(message: str, parameter: str | None = None, value: Any = None) -> ApiError:
-    return from_validation(ValidationError(message, parameter=parameter, value=value))
+    def to_sampling_fields(self) -> SamplingFields:
+        """vLLM's ``to_sampling_params``: ``logprobs`` is a flag and
+        ``top_logprobs`` the count, which echo also asks for the prompt."""
+        prompt_logprobs = self.prompt_logprobs
+        if prompt_logprobs is None and self.echo:
+            prompt_logprobs = self.top_logprobs
+        return self.sampling_fields(
+            n=self.n if self.n is not None else 1,
+            logprobs=self.top_logprobs if self.logprobs else None,
+            prompt_logprobs=prompt_logprobs)
 
 
 def validate_request(req: ChatCompletionRequest) -> so.Constraints:
-    """vLLM's request-model checks, before anything else runs.
-
-    First its ``mode="before"`` model validators in pydantic's order (the last
-    defined runs first; their errors are plain BadRequestErrors), then the field
-    constraints (schema errors, "Bad Request"). Returns the request's grammar
+    """vLLM's ChatCompletionRequest checks, before anything else runs: its
+    ``mode="before"`` model validators in pydantic's order (the last defined
+    runs first), then the field constraints. Returns the request's grammar
     constraint fields.
     """
-    # check_generation_prompt: only values the client sent count
-    if req.continue_final_message and req.add_generation_prompt is True:
-        raise _invalid("Cannot set both `continue_final_message` and "
-                       "`add_generation_prompt` to True.")
+    rules.check_generation_prompt(req.continue_final_message, req.add_generation_prompt)
     req.tool_choice = tooling.check_tool_usage(
         req.tools, req.tool_choice, tool_choice_set=req.tool_choice is not msgspec.UNSET)
     so.check_structured_outputs_count(req.structured_outputs, chat=True,
                                       tool_choice=req.tool_choice)
     # check_logprobs
-    if req.logprob_token_ids and req.use_beam_search:
-        raise _invalid("`logprob_token_ids` is not supported with beam search.",
-                       "logprob_token_ids")
-    if req.logprob_token_ids and not req.logprobs:
-        raise _invalid("when using `logprob_token_ids`, `logprobs` must be set to true.",
-                       "logprob_token_ids")
-    for name in ("prompt_logprobs", "top_logprobs"):
-        value = getattr(req, name)
-        if value is not None and not isinstance(value, (int, float)):
-            raise _invalid(f"`{name}` must be an integer.", name, value)
-    prompt_logprobs = req.prompt_logprobs
-    if prompt_logprobs is not None:
-        if req.stream and (prompt_logprobs > 0 or prompt_logprobs == -1):
-            raise _invalid("`prompt_logprobs` are not available when `stream=True`.",
-                           "prompt_logprobs")
-        if prompt_logprobs < 0 and prompt_logprobs != -1:
-            raise _invalid("`prompt_logprobs` must be a positive value or -1.",
-                           "prompt_logprobs", prompt_logprobs)
-    top = req.top_logprobs
-    if top is not None:
-        if top < 0 and top != -1:
-            raise _invalid("`top_logprobs` must be a positive value or -1.", "top_logprobs",
-                           top)
-        if (top == -1 or top > 0) and not req.logprobs:
-            raise _invalid("when using `top_logprobs`, `logprobs` must be set to true.",
-                           "top_logprobs")
-    # validate_stream_options
-    if req.stream_options and not req.stream:
-        raise _invalid("Stream options can only be defined when `stream=True`.",
-                       "stream_options")
+    rules.check_no_logprob_token_ids_in_beam_search(req.logprob_token_ids,
+                                                    req.use_beam_search)
+    rules.check_logprob_token_ids_with_logprobs_flag(req.logprob_token_ids, req.logprobs)
+    rules.check_numbers((("prompt_logprobs", req.prompt_logprobs),
+                         ("top_logprobs", req.top_logprobs)))
+    rules.check_prompt_logprobs(req.prompt_logprobs, req.stream)
+    rules.check_top_logprobs(req.top_logprobs, req.logprobs)
+    rules.check_stream_options(req.stream_options, req.stream)
     so.check_response_format(req.response_format)
-    # check_cache_salt_support
-    validate_cache_salt(req.cache_salt)
+    rules.check_cache_salt(req.cache_salt)
 
     # field validation
     if req.messages is msgspec.UNSET:
@@ -180,34 +119,9 @@ def validate_request(req: ChatCompletionRequest) -> so.Constraints:
         raise schema_error("Input should be a valid list", "body.messages")
     if req.top_logprobs is None:  # null means omitted
         req.top_logprobs = 0
-    for name in ("prompt_logprobs", "top_logprobs"):
-        value = getattr(req, name)
-        if isinstance(value, float) or isinstance(value, bool):
-            if isinstance(value, float) and not value.is_integer():
-                raise schema_error("Input should be a valid integer, got a number with a "
-                                   "fractional part", f"body.{name}")
-            setattr(req, name, int(value))
-    if req.stream_options is not None:
-        try:
-            req.stream_options = msgspec.convert(req.stream_options, StreamOptions,
-                                                 strict=False)
-        except msgspec.ValidationError as e:
-            raise schema_error(str(e), "body.stream_options") from None
-    if isinstance(req.stop, list) and len(req.stop) > MAX_STOP_STRINGS:
-        raise schema_error(f"List should have at most {MAX_STOP_STRINGS} items after "
-                           f"validation, not {len(req.stop)}", "body.stop")
-    if req.truncate_prompt_tokens is not None and req.truncate_prompt_tokens < -1:
-        raise schema_error("Input should be greater than or equal to -1",
-                           "body.truncate_prompt_tokens")
-    if req.truncation_side not in (None, "left", "right"):
-        raise schema_error("Input should be 'left' or 'right'", "body.truncation_side")
-    if req.reasoning_effort is not None and req.reasoning_effort not in REASONING_EFFORTS:
-        raise schema_error("Input should be " + ", ".join(
-            f"'{e}'" for e in REASONING_EFFORTS[:-1]) + f" or '{REASONING_EFFORTS[-1]}'",
-            "body.reasoning_effort")
-    if req.stream_interval is not None and req.stream_interval < 1:
-        raise schema_error("Input should be greater than or equal to 1",
-                           "body.stream_interval")
+    req.top_logprobs = rules.lax_int(req.top_logprobs, "top_logprobs")
+    req.check_shared_fields()
+    rules.check_one_of(req.reasoning_effort, REASONING_EFFORTS, "reasoning_effort")
     req.tools = tooling.normalize_tools(req.tools)
     tooling.check_named_tool_choice(req.tool_choice)
     return so.parse(req.response_format, req.structured_outputs)
@@ -226,19 +140,8 @@ def check_supported(req: ChatCompletionRequest, state: AppState) -> None:
                        param="logprob_token_ids")
 
 
-class _Skeleton(msgspec.Struct):
-    n: Any = 1
-
-
-_skeleton = msgspec.json.Decoder(_Skeleton)
-
-
-def count_choices(body: bytes) -> int:
-    """``n`` for admission control, from a skeleton parse of the body."""
-    try:
-        return as_n(_skeleton.decode(body).n)
-    except msgspec.DecodeError:
-        return 1
+# Admission control: ``n``.
+count_choices = choice_counter(BodyCounts.samples)
 
 
 # ---------------------------------------------------------------------------- handler
@@ -283,15 +186,12 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
             lambda group: ChatView(state, req, group, served, rendered,
                                    add_generation_prompt, plan))
 
-    fields = msgspec.structs.asdict(req)
-    fields["logprobs"] = req.top_logprobs if req.logprobs else None
-    if req.prompt_logprobs is None and req.echo:
-        fields["prompt_logprobs"] = req.top_logprobs
-    if plan.skip_special_tokens is False:  # the parser reads its marker tokens
-        fields["skip_special_tokens"] = False
     model = state.model
     max_tokens = get_max_tokens(max_model_len, requested, len(prompt_ids),
-                                model.default_sampling)
+                                model.default_sampling, model.override_max_tokens)
+    fields = req.to_sampling_fields()
+    if plan.skip_special_tokens is False:  # the parser reads its marker tokens
+        fields.skip_special_tokens = False
     params = build_sampling_params(model, fields, max_tokens=max_tokens,
                                    stream=bool(req.stream))
     params.structured_outputs = await resolve_structured_outputs(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Mapping, TypeVar
+from typing import Mapping, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -62,25 +62,6 @@ def request_id_for(request: web.Request, body_request_id: str | None) -> str:
             or random_hex(8))
 
 
-CACHE_SALT_MAX_LENGTH = 128
-CACHE_SALT_FORBIDDEN_CHARS = frozenset("@/\\\x00")
-
-
-def validate_cache_salt(cache_salt: object) -> None:
-    """vLLM's ``validate_cache_salt`` (a model validator: a plain BadRequestError)."""
-    if cache_salt is None:
-        return
-    if not isinstance(cache_salt, str) or not cache_salt:
-        raise from_validation(ValidationError(
-            "Parameter 'cache_salt' must be a non-empty string if provided.",
-            parameter="cache_salt"))
-    if len(cache_salt) > CACHE_SALT_MAX_LENGTH or any(
-            c in CACHE_SALT_FORBIDDEN_CHARS for c in cache_salt):
-        raise from_validation(ValidationError(
-            f"Parameter 'cache_salt' must be at most {CACHE_SALT_MAX_LENGTH} characters "
-            "and must not contain '@', '/', '\\\\', or NUL.", parameter="cache_salt"))
-
-
 def stream_usage_flags(options: StreamOptions | None, force: bool) -> tuple[bool, bool]:
     """(include_usage, continuous_usage_stats) as vLLM's should_include_usage."""
     if force:
@@ -99,18 +80,6 @@ def usage_dict(prompt_tokens: int, completion_tokens: int, *, details: bool = Fa
         usage["prompt_tokens_details"] = None
         usage["completion_tokens_details"] = None
     return usage
-
-
-def as_n(value: Any) -> int:
-    """``n`` from a skeleton parse, for admission only: anything odd counts 1
-    (the handler then answers with the proper validation error)."""
-    if isinstance(value, bool):
-        return 1
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        return 1
-    return n if n >= 1 else 1
 
 
 TRACE_HEADERS = ("traceparent", "tracestate")

@@ -9,27 +9,27 @@ most one usage chunk and exactly one ``[DONE]``.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any
 
-import msgspec
 from aiohttp import web
 
 from frontend import structured_outputs as so
-from frontend.errors import ApiError, from_validation, schema_error
+from frontend.errors import ApiError, invalid, schema_error
 from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search
+from frontend.openai import validators as rules
 from frontend.openai.common import (
-    StreamOptions,
-    as_n,
     decode_body,
     request_id_for,
     serve_group,
     stream_usage_flags,
     usage_dict,
-    validate_cache_salt,
 )
+from frontend.openai.counting import BodyCounts, choice_counter
 from frontend.openai.logprobs import completion_logprobs, prompt_logprobs_json
+from frontend.openai.request_fields import SamplingRequest
 from frontend.openai.sampling import (
+    SamplingFields,
     build_sampling_params,
     check_max_output_tokens,
     child_params,
@@ -38,141 +38,67 @@ from frontend.openai.sampling import (
 )
 from frontend.openai.sse import stream_group
 from frontend.state import AppState
-from protocol.errors import ValidationError
 
-MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS
 # The rest of a mid-stream chunk that carries only text (same keys as _chunk's).
 PLAIN_CHUNK_TAIL = (b',"logprobs":null,"finish_reason":null,"stop_reason":null,'
                     b'"prompt_token_ids":null,"token_ids":null}]}\n\n')
 
 
-class CompletionRequest(msgspec.Struct, kw_only=True):
-    model: str | None = None
+class CompletionRequest(SamplingRequest, kw_only=True):
     prompt: Any = None
     echo: bool | None = False
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
     logprobs: Any = None  # an int; checked by validate_request as vLLM does
     max_tokens: int | None = 16
     n: int = 1
-    presence_penalty: float | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
     suffix: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    user: str | None = None
-    use_beam_search: bool = False
-    length_penalty: float = 1.0
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    stop_token_ids: list[int] | None = None
-    include_stop_str_in_output: bool = False
-    ignore_eos: bool = False
-    min_tokens: int = 0
-    skip_special_tokens: bool = True
-    spaces_between_special_tokens: bool = True
-    truncate_prompt_tokens: int | None = None
-    truncation_side: Literal["left", "right"] | None = None
-    allowed_token_ids: list[int] | None = None
-    prompt_logprobs: Any = None  # an int, see logprobs
-    logprob_token_ids: list[int] | None = None
-    bad_words: list[str] | None = None
     add_special_tokens: bool = True
-    priority: int = 0
-    request_id: str | None = None
-    return_tokens_as_token_ids: bool | None = None
-    return_token_ids: bool | None = None
-    cache_salt: str | None = None
-    repetition_detection: dict[str, int] | None = None
-    stream_interval: int | None = None
-    response_format: Any = None
-    structured_outputs: Any = None
     prompt_embeds: Any = None
 
-
-def _invalid(message: str, parameter: str, value: Any = None) -> ApiError:
-    """vLLM's model validators raise VLLMValidationError: a plain BadRequestError."""
-    return from_validation(ValidationError(message, parameter=parameter, value=value))
+    def to_sampling_fields(self) -> SamplingFields:
+        """vLLM's ``to_sampling_params``: echo asks for the prompt's logprobs, and
+        ``logprob_token_ids`` replaces the top logprobs."""
+        prompt_logprobs = self.prompt_logprobs
+        if prompt_logprobs is None and self.echo:
+            prompt_logprobs = self.logprobs
+        return self.sampling_fields(
+            n=self.n, logprobs=None if self.logprob_token_ids else self.logprobs,
+            prompt_logprobs=prompt_logprobs)
 
 
 def validate_request(req: CompletionRequest) -> so.Constraints:
-    """The checks vLLM's ``mode="before"`` model validators run, in pydantic's order
-    (the last defined runs first); their errors are VLLMValidationErrors, not
-    schema errors. Then the field checks; returns the request's grammar
-    constraint fields."""
-    if req.max_tokens is None:
+    """vLLM's CompletionRequest checks: its ``mode="before"`` model validators in
+    pydantic's order (the last defined runs first), then the field constraints.
+    Returns the request's grammar constraint fields."""
+    if req.max_tokens is None:  # normalize_null_max_tokens
         req.max_tokens = 16
-    prompt = req.prompt
-    if (isinstance(prompt, list) and not all(_is_int(t) for t in prompt)
-            and len(prompt) > MAX_COMPLETION_PROMPTS):
-        raise _invalid(f"prompt list length {len(prompt)} exceeds the maximum allowed count "
-                       f"of {MAX_COMPLETION_PROMPTS}. To increase this limit, set the "
-                       "VLLM_MAX_COMPLETION_PROMPTS environment variable.", "prompt")
-    embeds = req.prompt_embeds
-    if (prompt is None or prompt == "") and (embeds is None or embeds == []):
-        raise _invalid("Either prompt or prompt_embeds must be provided and non-empty.",
-                       "prompt")
-    if req.stream_options and not req.stream:
-        raise _invalid("Stream options can only be defined when `stream=True`.",
-                       "stream_options")
-    beam_search.check_completion_fields(req)
-    if req.logprob_token_ids and req.echo and req.max_tokens == 0:
-        raise _invalid("`logprob_token_ids` is not supported when `echo=True` and "
-                       "`max_tokens=0` because no output tokens are generated.",
-                       "logprob_token_ids")
-    if req.logprob_token_ids and req.logprobs is None:
-        raise _invalid("when using `logprob_token_ids`, `logprobs` must be set.",
-                       "logprob_token_ids")
-    for name in ("prompt_logprobs", "logprobs"):
-        value = getattr(req, name)
-        if value is not None and not isinstance(value, (int, float)):
-            raise _invalid(f"`{name}` must be an integer.", name, value)
-    if req.prompt_logprobs is not None:
-        if req.stream and (req.prompt_logprobs > 0 or req.prompt_logprobs == -1):
-            raise _invalid("`prompt_logprobs` are not available when `stream=True`.",
-                           "prompt_logprobs")
-        if req.prompt_logprobs < -1:
-            raise _invalid("`prompt_logprobs` must be a positive value or -1.",
-                           "prompt_logprobs", req.prompt_logprobs)
-    if req.logprobs is not None and req.logprobs < -1:
-        raise _invalid("`logprobs` must be a positive value or -1.", "logprobs", req.logprobs)
+    rules.check_prompt_list_length(req.prompt)
+    rules.check_prompt_or_embeds(req.prompt, req.prompt_embeds)
+    rules.check_stream_options(req.stream_options, req.stream)
+    # check_logprobs
+    rules.check_no_logprob_token_ids_in_beam_search(req.logprob_token_ids,
+                                                    req.use_beam_search)
+    rules.check_no_echo_logprobs_in_beam_search(req.use_beam_search, req.echo, req.logprobs)
+    rules.check_logprob_token_ids_need_output(req.logprob_token_ids, req.echo, req.max_tokens)
+    rules.check_logprob_token_ids_with_logprobs(req.logprob_token_ids, req.logprobs)
+    rules.check_numbers((("prompt_logprobs", req.prompt_logprobs),
+                         ("logprobs", req.logprobs)))
+    rules.check_prompt_logprobs(req.prompt_logprobs, req.stream)
+    rules.check_positive_or_all("logprobs", req.logprobs)
     so.check_structured_outputs_count(req.structured_outputs, chat=False)
     so.check_response_format(req.response_format)
-    validate_cache_salt(req.cache_salt)
-    # Then pydantic's field validation: logprobs are ints (lax: bools and
-    # integral floats convert).
-    req.logprobs = _lax_int(req.logprobs, "logprobs")
-    req.prompt_logprobs = _lax_int(req.prompt_logprobs, "prompt_logprobs")
+    rules.check_cache_salt(req.cache_salt)
+    # Then pydantic's field validation.
+    req.logprobs = rules.lax_int(req.logprobs, "logprobs")
+    req.check_shared_fields()
     constraints = so.parse(req.response_format, req.structured_outputs)
     if req.prompt_embeds is not None:
         # What vLLM answers when started without --enable-prompt-embeds.
-        raise _invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
-                       "prompt_embeds")
+        raise invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
+                      "prompt_embeds")
     if req.suffix is not None:
         raise ApiError("suffix is only supported for models with FIM completion rendering",
                        400, "BadRequestError", "suffix")
-    if req.truncate_prompt_tokens is not None and req.truncate_prompt_tokens < -1:
-        raise schema_error("Input should be greater than or equal to -1",
-                           "body.truncate_prompt_tokens")
     return constraints
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _lax_int(value: Any, name: str) -> int | None:
-    """pydantic's lax ``int``: bools and integral floats convert, other floats fail."""
-    if value is None or _is_int(value):
-        return value
-    if isinstance(value, bool) or (isinstance(value, float) and value.is_integer()):
-        return int(value)
-    raise schema_error("Input should be a valid integer, got a number with a fractional "
-                       "part", f"body.{name}")
 
 
 def split_prompts(prompt: Any) -> list[str | list[int]]:
@@ -199,40 +125,11 @@ def split_prompts(prompt: Any) -> list[str | list[int]]:
 
 
 def _is_token(value: Any) -> bool:
-    return _is_int(value) and value >= 0
+    return rules.is_int(value) and value >= 0
 
 
-class _Skeleton(msgspec.Struct):
-    prompt: msgspec.Raw = msgspec.Raw(b"null")
-    n: Any = 1
-
-
-_skeleton = msgspec.json.Decoder(_Skeleton)
-_raw_list = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-def count_choices(body: bytes) -> int:
-    """``len(prompts) * n`` for admission control, without decoding the prompts."""
-    try:
-        req = _skeleton.decode(body)
-    except msgspec.DecodeError:
-        return 1
-    return _count_prompts(bytes(req.prompt)) * as_n(req.n)
-
-
-def _count_prompts(raw: bytes) -> int:
-    raw = raw.lstrip()
-    if not raw.startswith(b"["):
-        return 1
-    try:
-        items = _raw_list.decode(raw)
-    except msgspec.DecodeError:
-        return 1
-    if not items:
-        return 1
-    head = bytes(items[0]).lstrip()[:1]
-    # A list of strings or of token lists is a batch; a list of ints is one prompt.
-    return len(items) if head in (b'"', b"[") else 1
+# Admission control: ``len(prompts) * n``, without decoding the prompts.
+count_choices = choice_counter(BodyCounts.prompts_times_n)
 
 
 async def create_completion(state: AppState, request: web.Request) -> web.StreamResponse:
@@ -249,11 +146,6 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
         truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side,
         detokenize=bool(req.echo) and not req.return_token_ids)
     echo_without_generation = bool(req.echo) and req.max_tokens == 0
-    fields = msgspec.structs.asdict(req)
-    if fields["prompt_logprobs"] is None and req.echo:
-        fields["prompt_logprobs"] = req.logprobs
-    if req.logprob_token_ids:
-        fields["logprobs"] = None
     rid = request_id_for(request, req.request_id)
     if req.use_beam_search:
         return await beam_search.serve(
@@ -264,10 +156,11 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
                   max_pending=state.config.max_stream_buffer, arrival=arrival)
     group.lora = state.lora.get(served)
     model = state.model
+    fields = req.to_sampling_fields()
     grammar = None
     for p_idx, (ids, _) in enumerate(rendered):
         max_tokens = get_max_tokens(max_model_len, req.max_tokens, len(ids),
-                                    model.default_sampling)
+                                    model.default_sampling, model.override_max_tokens)
         params = build_sampling_params(
             model, fields, max_tokens=1 if echo_without_generation else max_tokens,
             stream=bool(req.stream))

@@ -13,19 +13,19 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from frontend.errors import ApiError, from_validation, schema_error
+from frontend.errors import ApiError, invalid
 from frontend.fanout import Choice, Delta, Group
 from frontend.model import ModelInfo
+from frontend.openai import validators as rules
 from frontend.openai.common import (
     StreamOptions,
-    as_n,
     decode_body,
     request_id_for,
     serve_group,
     stream_usage_flags,
     usage_dict,
-    validate_cache_salt,
 )
+from frontend.openai.counting import BodyCounts, choice_counter
 from frontend.openai.logprobs import (
     generate_text_logprobs,
     generate_token_logprobs,
@@ -35,7 +35,6 @@ from frontend.openai.sampling import child_params, finalize, get_max_tokens
 from frontend.openai.sse import stream_group
 from frontend.state import AppState
 from frontend.text import Position
-from protocol.errors import ValidationError
 from protocol.sampling import OutputKind, RepetitionDetection, SamplingParams
 
 
@@ -115,50 +114,29 @@ def check_prompt_len(prompt_len: int, max_model_len: int) -> None:
     """vLLM's InputProcessor._validate_prompt_len: this route has no renderer
     length check, so the engine client's messages are the ones clients see."""
     if prompt_len > max_model_len:
-        raise from_validation(ValidationError(
+        raise invalid(
             f"The decoder prompt (length {prompt_len}) is longer than the maximum model "
             f"length of {max_model_len}. Make sure that `max_model_len` is no smaller "
-            "than the number of text tokens."))
+            "than the number of text tokens.")
     if prompt_len == max_model_len:
-        raise from_validation(ValidationError(
+        raise invalid(
             f"The decoder prompt (length {prompt_len}) plus the number of requested output "
             f"tokens (at least 1) is longer than the maximum model length of "
             f"{max_model_len}. Make sure that `max_model_len` is no smaller than the "
-            "number of text tokens (prompt + requested output tokens)."))
+            "number of text tokens (prompt + requested output tokens).")
 
 
-class _SkeletonParams(msgspec.Struct):
-    n: Any = 1
-
-
-class _Skeleton(msgspec.Struct):
-    sampling_params: _SkeletonParams | None = None
-
-
-_skeleton = msgspec.json.Decoder(_Skeleton)
-
-
-def count_choices(body: bytes) -> int:
-    """``sampling_params.n`` for admission control, from a skeleton parse."""
-    try:
-        params = _skeleton.decode(body).sampling_params
-    except msgspec.DecodeError:
-        return 1
-    return as_n(params.n) if params else 1
+# Admission control: ``sampling_params.n``.
+count_choices = choice_counter(BodyCounts.sampling_params_n)
 
 
 async def create_generate(state: AppState, request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, GenerateRequest)
-    if not req.token_ids:
-        raise schema_error("List should have at least 1 item after validation, not 0",
-                           "body.token_ids")
-    if min(req.token_ids) < 0:
-        raise schema_error("Value error, token_ids must not contain negative values",
-                           "body.token_ids")
+    rules.check_token_ids(req.token_ids)
     # (vLLM's GenerateRequest has no stream_options check: it is ignored
     # without stream.)
     params = to_engine_params(req.sampling_params, state.model, bool(req.stream))
-    validate_cache_salt(req.cache_salt)
+    rules.check_cache_salt(req.cache_salt)
     served = state.resolve_model(req.model)
     max_num_seqs = state.ready.max_num_seqs if state.ready else 0
     if max_num_seqs and req.sampling_params.n > max_num_seqs:
@@ -168,7 +146,8 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
     prompt_len = len(req.token_ids)
     if params.max_tokens is None:  # server-side default: the rest of the context
         params.max_tokens = get_max_tokens(state.max_model_len, None, prompt_len,
-                                           state.model.default_sampling)
+                                           state.model.default_sampling,
+                                           state.model.override_max_tokens)
     check_prompt_len(prompt_len, state.max_model_len)
     rid = request_id_for(request, req.request_id)
     group = Group(f"generate-tokens-{rid}", stream=bool(req.stream),

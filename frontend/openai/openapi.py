@@ -36,6 +36,14 @@ MESSAGE = {
     },
     "required": ["role"],
 }
+# The ``Any`` fields of SamplingRequest, which both chat and completions requests have.
+SHARED_FIELD_SHAPES: dict[str, dict[str, Any]] = {
+    "prompt_logprobs": INT_OR_NULL,
+    "stream_options": {"anyOf": [{"$ref": REF.format(name="StreamOptions")},
+                                 {"type": "null"}]},
+    "cache_salt": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "truncation_side": {"anyOf": [{"enum": ["left", "right"]}, {"type": "null"}]},
+}
 # (struct, field) -> the schema of an ``Any`` field: what its handler accepts.
 # Fields this frontend refuses whatever their value (tools, response_format,
 # prompt_embeds, ...) stay ``{}``: any JSON value, answered with a 400.
@@ -45,14 +53,10 @@ FIELD_SHAPES: dict[tuple[str, str], dict[str, Any]] = {
         {**TOKEN_IDS, "minItems": 1},
         {"type": "array", "items": {**TOKEN_IDS, "minItems": 1}, "minItems": 1}]},
     ("CompletionRequest", "logprobs"): INT_OR_NULL,
-    ("CompletionRequest", "prompt_logprobs"): INT_OR_NULL,
+    **{(struct, field): shape for struct in ("CompletionRequest", "ChatCompletionRequest")
+       for field, shape in SHARED_FIELD_SHAPES.items()},
     ("ChatCompletionRequest", "messages"): {"type": "array", "items": MESSAGE},
     ("ChatCompletionRequest", "top_logprobs"): INT_OR_NULL,
-    ("ChatCompletionRequest", "prompt_logprobs"): INT_OR_NULL,
-    ("ChatCompletionRequest", "stream_options"): {
-        "anyOf": [{"$ref": REF.format(name="StreamOptions")}, {"type": "null"}]},
-    ("ChatCompletionRequest", "cache_salt"): {"anyOf": [{"type": "string"},
-                                                        {"type": "null"}]},
     ("TokenizeRequest", "messages"): {"anyOf": [{"type": "array", "items": MESSAGE},
                                                 {"type": "null"}]},
 }

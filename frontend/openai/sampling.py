@@ -41,15 +41,16 @@ OPENAI_DEFAULTS = {
 
 
 def get_max_tokens(max_model_len: int, requested: int | None, prompt_len: int,
-                   defaults: dict[str, Any]) -> int:
-    """vLLM's get_max_tokens: the request (or the model's default), capped by the context."""
+                   defaults: dict[str, Any], override: int | None = None) -> int:
+    """vLLM's get_max_tokens: the request (or the model's default), capped by the
+    context and by ``override`` (vLLM's override_max_tokens: --generation-config
+    DIR's max_new_tokens, or --override-generation-config's)."""
     if prompt_len > max_model_len:
         raise ApiError(f"Input length ({prompt_len}) exceeds model's maximum context "
                        f"length ({max_model_len}).")
     candidates = [max_model_len - prompt_len]
     fallback = requested if requested is not None else defaults.get("max_tokens")
-    if fallback is not None:
-        candidates.append(fallback)
+    candidates += [v for v in (fallback, override) if v is not None]
     return min(candidates)
 
 
@@ -102,37 +103,73 @@ def bad_words_token_ids(model: ModelInfo, bad_words: list[str]) -> list[list[int
     return result
 
 
-def build_sampling_params(model: ModelInfo, fields: dict[str, Any], *, max_tokens: int,
+class SamplingFields(msgspec.Struct, kw_only=True):
+    """What a request asks of sampling (``to_sampling_fields()`` of its struct).
+    A knob left None takes the model's generation_config.json value, then OpenAI's."""
+
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    logprob_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+    stream_interval: int | None = None
+    logit_bias: dict[str, float] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    repetition_detection: dict[str, int] | None = None
+
+
+def build_sampling_params(model: ModelInfo, fields: SamplingFields, *, max_tokens: int,
                           stream: bool) -> SamplingParams:
     """One validated SamplingParams for the engine (n is still the client's n)."""
-    knobs = {name: fields[name] if fields.get(name) is not None
-             else model.default_sampling.get(name, default)
-             for name, default in OPENAI_DEFAULTS.items()}
-    stop = fields.get("stop")
+    defaults = model.default_sampling
+    stop = fields.stop
     if isinstance(stop, str):
         stop = [stop]
-    repetition = fields.get("repetition_detection")
+    repetition = fields.repetition_detection
     try:
         params = SamplingParams(
-            n=fields.get("n") if fields.get("n") is not None else 1,
-            **knobs,
-            seed=fields.get("seed"),
+            n=fields.n,
+            repetition_penalty=_or_default(fields.repetition_penalty, "repetition_penalty",
+                                           defaults),
+            presence_penalty=_or_default(fields.presence_penalty, "presence_penalty", defaults),
+            frequency_penalty=_or_default(fields.frequency_penalty, "frequency_penalty",
+                                          defaults),
+            temperature=_or_default(fields.temperature, "temperature", defaults),
+            top_p=_or_default(fields.top_p, "top_p", defaults),
+            top_k=_or_default(fields.top_k, "top_k", defaults),
+            min_p=_or_default(fields.min_p, "min_p", defaults),
+            seed=fields.seed,
             stop=list(stop) if stop else [],
-            stop_token_ids=list(fields.get("stop_token_ids") or []),
-            ignore_eos=bool(fields.get("ignore_eos")),
+            stop_token_ids=list(fields.stop_token_ids or []),
+            ignore_eos=bool(fields.ignore_eos),
             max_tokens=max_tokens,
-            min_tokens=fields.get("min_tokens") or 0,
-            logprobs=fields.get("logprobs"),
-            prompt_logprobs=fields.get("prompt_logprobs"),
-            logprob_token_ids=fields.get("logprob_token_ids") or None,
-            skip_special_tokens=fields.get("skip_special_tokens", True),
-            spaces_between_special_tokens=fields.get("spaces_between_special_tokens", True),
-            include_stop_str_in_output=bool(fields.get("include_stop_str_in_output")),
+            min_tokens=fields.min_tokens or 0,
+            logprobs=fields.logprobs,
+            prompt_logprobs=fields.prompt_logprobs,
+            logprob_token_ids=fields.logprob_token_ids or None,
+            skip_special_tokens=fields.skip_special_tokens,
+            spaces_between_special_tokens=fields.spaces_between_special_tokens,
+            include_stop_str_in_output=bool(fields.include_stop_str_in_output),
             output_kind=OutputKind.DELTA if stream else OutputKind.FINAL_ONLY,
-            stream_interval=fields.get("stream_interval"),
-            logit_bias=convert_logit_bias(fields.get("logit_bias")),
-            allowed_token_ids=fields.get("allowed_token_ids"),
-            bad_words=list(fields.get("bad_words") or []),
+            stream_interval=fields.stream_interval,
+            logit_bias=convert_logit_bias(fields.logit_bias),
+            allowed_token_ids=fields.allowed_token_ids,
+            bad_words=list(fields.bad_words or []),
             repetition_detection=(msgspec.convert(repetition, RepetitionDetection)
                                   if repetition else None),
             watermarking=False,
@@ -140,6 +177,11 @@ def build_sampling_params(model: ModelInfo, fields: dict[str, Any], *, max_token
     except msgspec.ValidationError as e:
         raise ApiError(str(e)) from e
     return finalize(params, model)
+
+
+def _or_default(value: Any, name: str, model_defaults: dict[str, Any]) -> Any:
+    """The client's value, else the model's generation_config.json one, else OpenAI's."""
+    return value if value is not None else model_defaults.get(name, OPENAI_DEFAULTS[name])
 
 
 def finalize(params: SamplingParams, model: ModelInfo) -> SamplingParams:

@@ -10,7 +10,7 @@ import ssl
 from dataclasses import dataclass, field
 
 from frontend.ops import security
-from frontend.ops.stats import BUCKET_FAMILIES, check_bucket_overrides
+from frontend.ops.buckets import BUCKET_FAMILIES, check_bucket_overrides
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
@@ -120,7 +120,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("observability")
     g.add_argument("--disable-log-stats", action="store_true",
                    help="no vllm:* engine/request metrics (HTTP and process metrics stay)")
-    g.add_argument("--kv-cache-metrics", action="store_true",
+    g.add_argument("--kv-cache-metrics", action=argparse.BooleanOptionalAction, default=False,
                    help="export vLLM's KV-cache residency histograms "
                         "(vllm:kv_block_*_seconds); the engine needs --kv-cache-metrics too")
     g.add_argument("--custom-histogram-buckets", type=_histogram_buckets, default=None,

@@ -1,24 +1,25 @@
 """``GET /metrics``: vLLM's metric families for what a frontend sees, plus our own.
 
 Nothing on the hot path touches prometheus_client: the fan-out table's
-observer (``frontend/ops/stats.py``) adds to plain ints and preallocated
-bucket lists once per engine message and once per finished choice, and this
-collector builds the families only when /metrics is scraped
-(``frontend/ops/vllm_metrics.py`` for vLLM's ``vllm:*`` families, with its
-names, labels, buckets and counting rules). tools/bench/metrics_overhead.py
-measures the cost.
+observer (``frontend/ops/stats_recorder.py``) adds to plain lists of numbers
+once per engine message and once per finished choice, and this collector
+builds the families only when /metrics is scraped
+(``frontend/ops/vllm_metrics.py``: the table of vLLM's ``vllm:*`` families,
+with its names, labels and buckets). tools/bench/metrics_overhead.py measures
+the cost.
 
-Frontend families (``vllm_frontend_*``): HTTP requests by handler, method and
-status, client disconnects, engine requests aborted, rejected requests by
-reason, slow-consumer aborts, open streams, requests and choices in flight,
-fan-out table size, engine attached.
+The frontend's own families (:data:`FRONTEND_FAMILIES`, ``http_requests`` and
+``vllm_frontend_*``) are one table too: a new one is a row there, reading
+what this process counts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Iterator
+import collections
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -26,8 +27,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from frontend.errors import CLIENT_GONE
-from frontend.ops import service_metrics
-from frontend.ops.stats import EngineMetrics
+from frontend.ops.service_metrics import Series, ServiceMetrics, Snapshot
+from frontend.ops.stats_recorder import StatsRecorder
 from frontend.ops.vllm_metrics import Exposition, cache_config_labels
 
 if TYPE_CHECKING:
@@ -53,22 +54,104 @@ class HttpMetrics:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
 
-REJECT_REASONS = ("unauthorized", "body_too_large", "too_many_requests", "too_many_choices",
-                  "draining")
+@dataclass(frozen=True)
+class FrontendFamily:
+    """One of the frontend's own families: ``read`` gives this process's value
+    (or its series by label values). A ``summed`` family is the service's sum
+    over its processes (``service_metrics.py``); the others show the answering
+    process's own view."""
+
+    name: str
+    help: str
+    counter: bool  # else a gauge
+    read: Callable[["Metrics"], float | Series]
+    labels: tuple[str, ...] = ()
+    shown: tuple[str, ...] = ()  # label values with a series from the start, in this order
+    summed: bool = True
+    when: Callable[["Metrics"], bool] | None = None
+
+    def series(self, metrics: "Metrics") -> Series:
+        value = self.read(metrics)
+        return value if isinstance(value, dict) else {(): value}
+
+    def render(self, series: Series, created: float) -> Metric:
+        family = (CounterMetricFamily if self.counter else GaugeMetricFamily)(
+            self.name, self.help, labels=self.labels)
+        shown = [(value,) for value in self.shown]
+        for key in [*shown, *sorted(key for key in series if key not in shown)]:
+            if self.counter:
+                family.add_metric(key, series.get(key, 0), created=created)
+            else:
+                family.add_metric(key, series.get(key, 0))
+        return family
+
+
+def counter(name: str, help: str, read: Callable[["Metrics"], float | Series],
+            **options: Any) -> FrontendFamily:
+    return FrontendFamily(name, help, True, read, **options)
+
+
+def gauge(name: str, help: str, read: Callable[["Metrics"], float | Series],
+          **options: Any) -> FrontendFamily:
+    return FrontendFamily(name, help, False, read, **options)
+
+
+def _by_one_label(counts: dict[str, int]) -> Series:
+    return {(key,): value for key, value in counts.items()}
+
+
+# The frontend's families, in /metrics order: one row per family.
+FRONTEND_FAMILIES = (
+    counter("http_requests", "HTTP requests by handler, method and status code.",
+            lambda m: dict(m.http.requests), labels=("handler", "method", "status")),
+    counter("vllm_frontend_client_disconnects",
+            "Requests whose client went away before the response ended.",
+            lambda m: m.http.disconnects),
+    counter("vllm_frontend_engine_aborts",
+            "Engine requests this frontend aborted (client gone, stop string, failed "
+            "sibling, slow consumer, shutdown).", lambda m: m.state.engine.num_aborts_sent),
+    counter("vllm_frontend_rejected_requests", "Requests refused before any work, by reason.",
+            lambda m: _by_one_label(m.http.rejected), labels=("reason",),
+            shown=("body_too_large", "draining", "too_many_choices", "too_many_requests",
+                   "unauthorized")),
+    counter("vllm_frontend_slow_consumer_aborts",
+            "Streams aborted because the client did not read them.",
+            lambda m: m.recorder.slow_consumer_aborts if m.recorder else 0,
+            when=lambda m: m.recorder is not None),
+    gauge("vllm_frontend_open_streams", "Streaming responses being written.",
+          lambda m: m.http.open_streams),
+    gauge("vllm_frontend_requests_in_flight", "Generation requests being handled (HTTP level).",
+          lambda m: m.limits.requests),
+    gauge("vllm_frontend_choices_in_flight",
+          "Choices (prompts x n) of admitted generation requests (counted only with "
+          "--max-concurrent-requests, which bounds it).", lambda m: m.limits.choices),
+    gauge("vllm_frontend_fanout_entries", "Engine requests in the fan-out table.",
+          lambda m: len(m.state.table)),
+    # The answering process's own view, not summed:
+    gauge("vllm_frontend_engine_alive", "1 while an engine is attached and alive.",
+          lambda m: 1 if m.state.engine.alive else 0, summed=False),
+    gauge("vllm_frontend_draining", "1 once a SIGTERM started the drain.",
+          lambda m: 1 if m.state.draining else 0, summed=False),
+    gauge("vllm_frontend_engine_ranks",
+          "Engine ranks by state: serving, stalled (sends nothing while it has work), dead "
+          "(lost or never attached).",
+          lambda m: _by_one_label(collections.Counter(m.state.engine.rank_states())),
+          labels=("state",), shown=("serving", "stalled", "dead"), summed=False),
+)
 
 
 class Metrics:
     """Everything /metrics shows, in one registry of its own."""
 
     def __init__(self, state: "AppState", limits: "LimitsState",
-                 engine: EngineMetrics | None,
-                 service: service_metrics.ServiceMetrics | None = None) -> None:
+                 recorder: StatsRecorder | None,
+                 service: ServiceMetrics | None = None) -> None:
         self.state = state
         self.limits = limits
         # One of several frontend processes: /metrics shows the whole service.
         self.service = service
         self.created = time.time()
-        self.engine = engine  # None with --disable-log-stats
+        self.recorder = recorder  # None with --disable-log-stats
         self.http = HttpMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
@@ -80,95 +163,38 @@ class Metrics:
     def describe(self) -> list:
         return []
 
-    def engine_indexes(self) -> list[int]:
-        """The engines vLLM makes children for: every rank, from the start."""
-        if self.engine is None:
+    def rank_indexes(self) -> list[int]:
+        """The ranks vLLM makes children for: every rank, from the start."""
+        if self.recorder is None:
             return []
-        return sorted({*range(self.state.engine.data_parallel_size), *self.engine.engines})
+        return sorted({*range(self.state.engine.data_parallel_size), *self.recorder.ranks})
 
-    def snapshot(self) -> dict:
-        """What this process counts, as plain data (``service_metrics``)."""
-        engine, http, limits = self.engine, self.http, self.limits
-        return {
-            "engines": ({i: service_metrics.engine_snapshot(engine.engine(i))
-                         for i in self.engine_indexes()} if engine is not None else {}),
-            "http_requests": [[*key, value] for key, value in http.requests.items()],
-            "rejected": dict(http.rejected),
-            "disconnects": http.disconnects, "open_streams": http.open_streams,
-            "requests_in_flight": limits.requests, "choices_in_flight": limits.choices,
-            "fanout_entries": len(self.state.table),
-            "engine_aborts": self.state.engine.num_aborts_sent,
-            "slow_consumer_aborts": engine.slow_consumer_aborts if engine is not None else 0,
-            "lora_info": dict(engine.lora_info or {}) if engine is not None else {}}
+    def snapshot(self) -> Snapshot:
+        """What this process counts (``service_metrics``)."""
+        recorder = self.recorder
+        return Snapshot(
+            ranks={i: recorder.rank(i) for i in self.rank_indexes()} if recorder else {},
+            lora_info=dict(recorder.lora_info or {}) if recorder else {},
+            frontend={row.name: row.series(self) for row in FRONTEND_FAMILIES if row.summed})
 
     def collect(self) -> Iterator[Metric]:
         state = self.state
-        engine = self.engine
+        recorder = self.recorder
         snap = self.snapshot()
         if self.service is not None:  # the whole service: every worker's snapshot
             snap = self.service.service(self.service.write(snap))
-        if engine is not None and state.ready is not None:
-            engines = [(str(i), service_metrics.fill_engine(engine.new_engine_stats(), e))
-                       for i, e in sorted(snap["engines"].items())]
-            exposition = Exposition(engines, state.model.name, self.created)
+        if recorder is not None and state.ready is not None:
+            ranks = [(str(i), stats) for i, stats in sorted(snap.ranks.items())]
+            exposition = Exposition(ranks, state.model.name, self.created)
             yield from exposition.families(
-                cache_config=cache_config_labels(state.ready, len(engines)),
-                count_nans=engine.count_nans, kv_cache_metrics=engine.kv_cache_metrics,
-                lora_info=((engine.max_loras, snap["lora_info"])
-                           if engine.lora_info is not None else None))
-        c = CounterMetricFamily("http_requests", "HTTP requests by handler, method and "
-                                "status code.", labels=["handler", "method", "status"])
-        for *key, value in sorted(snap["http_requests"]):
-            c.add_metric(key, value, created=self.created)
-        yield c
-        c = CounterMetricFamily("vllm_frontend_client_disconnects",
-                                "Requests whose client went away before the response ended.")
-        c.add_metric([], snap["disconnects"], created=self.created)
-        yield c
-        c = CounterMetricFamily("vllm_frontend_engine_aborts",
-                                "Engine requests this frontend aborted (client gone, stop "
-                                "string, failed sibling, slow consumer, shutdown).")
-        c.add_metric([], snap["engine_aborts"], created=self.created)
-        yield c
-        c = CounterMetricFamily("vllm_frontend_rejected_requests",
-                                "Requests refused before any work, by reason.",
-                                labels=["reason"])
-        rejected = snap["rejected"]
-        for reason in sorted(set(REJECT_REASONS) | set(rejected)):
-            c.add_metric([reason], rejected.get(reason, 0), created=self.created)
-        yield c
-        if engine is not None:
-            c = CounterMetricFamily("vllm_frontend_slow_consumer_aborts",
-                                    "Streams aborted because the client did not read them.")
-            c.add_metric([], snap["slow_consumer_aborts"], created=self.created)
-            yield c
-        for name, doc, value in (
-                ("vllm_frontend_open_streams", "Streaming responses being written.",
-                 snap["open_streams"]),
-                ("vllm_frontend_requests_in_flight",
-                 "Generation requests being handled (HTTP level).",
-                 snap["requests_in_flight"]),
-                ("vllm_frontend_choices_in_flight",
-                 "Choices (prompts x n) of admitted generation requests (counted "
-                 "only with --max-concurrent-requests, which bounds it).",
-                 snap["choices_in_flight"]),
-                ("vllm_frontend_fanout_entries", "Engine requests in the fan-out table.",
-                 snap["fanout_entries"]),
-                ("vllm_frontend_engine_alive", "1 while an engine is attached and alive.",
-                 1 if state.engine.alive else 0),
-                ("vllm_frontend_draining", "1 once a SIGTERM started the drain.",
-                 1 if state.draining else 0)):
-            g = GaugeMetricFamily(name, doc)
-            g.add_metric([], value)
-            yield g
-        g = GaugeMetricFamily("vllm_frontend_engine_ranks",
-                              "Engine ranks by state: serving, stalled (sends nothing "
-                              "while it has work), dead (lost or never attached).",
-                              labels=["state"])
-        states = state.engine.rank_states()
-        for rank_state in ("serving", "stalled", "dead"):
-            g.add_metric([rank_state], states.count(rank_state))
-        yield g
+                cache_config=cache_config_labels(state.ready, len(ranks)),
+                count_nans=recorder.count_nans, kv_cache_metrics=recorder.kv_cache_metrics,
+                lora_info=((recorder.max_loras, snap.lora_info)
+                           if recorder.lora_info is not None else None))
+        for row in FRONTEND_FAMILIES:
+            if row.when is None or row.when(self):
+                yield row.render(snap.frontend[row.name] if row.summed else row.series(self),
+                                 self.created)
 
     # -------------------------------------------------------- HTTP side
     def middleware(self):

@@ -1,16 +1,14 @@
 """One service's metrics from several frontend processes (``--api-server-count``).
 
-Each worker writes a snapshot of what its /metrics would show -- every
-engine's counters, histograms and latest scheduler stats, the HTTP counters
-and the frontend's gauges -- to the service's metrics directory, every second
-and whenever it is scraped. The worker that answers /metrics adds up every
-worker's snapshot: counters and histograms are summed, each engine's gauges
+Each worker writes a :class:`Snapshot` of what its /metrics would show --
+every engine rank's :class:`RankStats`, the LoRA series and the frontend's
+summed families -- to the service's metrics directory, every second and
+whenever it is scraped. The worker that answers /metrics merges every
+worker's snapshot: counters and histograms are summed, each rank's gauges
 come from the most recent scheduler stats any worker received (the engine
-attaches them to one client per step), the frontend's gauges are summed. A
+attaches them to one client per step), the frontend's families are summed. A
 replacement worker starts from its predecessor's last snapshot, so the
 service's counters never go down when a worker dies.
-
-Snapshots are msgpack of plain data: only numbers, lists and the stats bytes.
 """
 
 from __future__ import annotations
@@ -18,117 +16,46 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from frontend.ops.stats import EngineStats, Histogram, SpecDecodeCounts
+from frontend.ops.rank_stats import RankStats
 
 log = logging.getLogger("frontend.metrics")
 
-_NOT_SUMMED = frozenset({"prev_ts", "last_stats", "last_stats_ts"})
+# A family's series: label values -> value (one series with no labels: ``()``).
+Series = dict[tuple[str, ...], float]
 
 
-# ---------------------------------------------------------------- engines
-def engine_snapshot(es: EngineStats) -> dict:
-    """An engine's counters ("c"), counters by label ("d"), histograms ("h"),
-    histogram groups ("hs"), spec-decode counts and latest stats."""
-    snap: dict[str, Any] = {"c": {}, "d": {}, "h": {}, "hs": {}, "spec": None,
-                            "stats": None}
-    for name, value in vars(es).items():
-        if name in _NOT_SUMMED or value is None:
-            continue
-        if isinstance(value, Histogram):
-            snap["h"][name] = [value.counts, value.sum]
-        elif isinstance(value, tuple):  # (Histogram, ...)
-            snap["hs"][name] = [[h.counts, h.sum] for h in value]
-        elif isinstance(value, dict):
-            snap["d"][name] = value
-        elif isinstance(value, SpecDecodeCounts):
-            snap["spec"] = [value.drafts, value.draft_tokens, value.accepted_tokens,
-                            value.accepted_per_pos]
-        else:
-            snap["c"][name] = value
-    if es.last_stats is not None:
-        snap["stats"] = [es.last_stats_ts, bytes(es.last_stats)]
-    return snap
+class Snapshot(msgspec.Struct):
+    """What one process counts, or, merged, the whole service."""
 
+    ranks: dict[int, RankStats] = {}
+    # vllm:lora_requests_info: every adapter list seen -> when last seen.
+    lora_info: dict[str, float] = {}
+    # The frontend's summed families (``metrics.FRONTEND_FAMILIES``) by name.
+    frontend: dict[str, Series] = {}
 
-def _add_counts(a: list, b: list) -> list:
-    return [x + y for x, y in zip(a, b)]
-
-
-def merge_engine(a: dict, b: dict) -> dict:
-    out: dict[str, Any] = {
-        "c": {k: a["c"].get(k, 0) + b["c"].get(k, 0) for k in {*a["c"], *b["c"]}},
-        "d": {k: {label: a["d"].get(k, {}).get(label, 0) + b["d"].get(k, {}).get(label, 0)
-                  for label in {*a["d"].get(k, {}), *b["d"].get(k, {})}}
-              for k in {*a["d"], *b["d"]}},
-        "h": {}, "hs": {}}
-    for k in {*a["h"], *b["h"]}:
-        ha, hb = a["h"].get(k), b["h"].get(k)
-        out["h"][k] = (hb if ha is None else ha if hb is None
-                       else [_add_counts(ha[0], hb[0]), ha[1] + hb[1]])
-    for k in {*a["hs"], *b["hs"]}:
-        ga, gb = a["hs"].get(k), b["hs"].get(k)
-        out["hs"][k] = (gb if ga is None else ga if gb is None else
-                        [[_add_counts(x[0], y[0]), x[1] + y[1]] for x, y in zip(ga, gb)])
-    sa, sb = a["spec"], b["spec"]
-    out["spec"] = (sb if sa is None else sa if sb is None else
-                   [sa[0] + sb[0], sa[1] + sb[1], sa[2] + sb[2], _add_counts(sa[3], sb[3])])
-    ta, tb = a["stats"], b["stats"]
-    out["stats"] = tb if ta is None or (tb is not None and tb[0] > ta[0]) else ta
-    return out
-
-
-def fill_engine(es: EngineStats, snap: dict) -> EngineStats:
-    """``es`` (fresh, of the same bucket layout) holding ``snap``."""
-    for name, value in snap["c"].items():
-        setattr(es, name, value)
-    for name, value in snap["d"].items():
-        getattr(es, name).update(value)
-    for name, (counts, total) in snap["h"].items():
-        h = getattr(es, name)
-        h.counts, h.sum = list(counts), total
-    for name, group in snap["hs"].items():
-        for h, (counts, total) in zip(getattr(es, name), group):
-            h.counts, h.sum = list(counts), total
-    if snap["spec"] is not None:
-        drafts, draft_tokens, accepted, per_pos = snap["spec"]
-        es.spec = SpecDecodeCounts(len(per_pos))
-        es.spec.drafts, es.spec.draft_tokens = drafts, draft_tokens
-        es.spec.accepted_tokens, es.spec.accepted_per_pos = accepted, list(per_pos)
-    if snap["stats"] is not None:
-        es.last_stats_ts, raw = snap["stats"]
-        es.last_stats = msgspec.Raw(raw)
-    return es
-
-
-# ---------------------------------------------------------------- service
-def merge(a: dict, b: dict) -> dict:
-    """Two snapshots of the whole frontend (see ``Metrics.snapshot``) as one."""
-    engines = {}
-    for idx in {*a["engines"], *b["engines"]}:
-        ea, eb = a["engines"].get(idx), b["engines"].get(idx)
-        engines[idx] = eb if ea is None else ea if eb is None else merge_engine(ea, eb)
-    requests: dict[tuple, int] = {}  # (handler, method, status) -> count
-    for *key, value in (*a["http_requests"], *b["http_requests"]):
-        requests[tuple(key)] = requests.get(tuple(key), 0) + value
-    return {
-        "engines": engines,
-        "http_requests": [[*key, value] for key, value in requests.items()],
-        "rejected": {k: a["rejected"].get(k, 0) + b["rejected"].get(k, 0)
-                     for k in {*a["rejected"], *b["rejected"]}},
+    def merge(self, other: Snapshot) -> Snapshot:
+        """Two snapshots as one (neither is changed)."""
+        ranks = {**self.ranks, **other.ranks}
+        for index in self.ranks.keys() & other.ranks.keys():
+            ranks[index] = self.ranks[index].merge(other.ranks[index])
         # (vLLM's multiprocess mode adds these timestamps up; the latest is what
         # the series means)
-        "lora_info": {k: max(a["lora_info"].get(k, 0.0), b["lora_info"].get(k, 0.0))
-                      for k in {*a["lora_info"], *b["lora_info"]}},
-        **{k: a[k] + b[k] for k in SUMMED}}
+        lora_info = {**self.lora_info, **other.lora_info}
+        for key in self.lora_info.keys() & other.lora_info.keys():
+            lora_info[key] = max(self.lora_info[key], other.lora_info[key])
+        frontend = {name: _add(self.frontend.get(name, {}), other.frontend.get(name, {}))
+                    for name in {*self.frontend, *other.frontend}}
+        return Snapshot(ranks, lora_info, frontend)
 
 
-# Numbers of a snapshot that are summed over processes (counters and gauges).
-SUMMED = ("disconnects", "open_streams", "requests_in_flight", "choices_in_flight",
-          "fanout_entries", "engine_aborts", "slow_consumer_aborts")
+def _add(a: Series, b: Series) -> Series:
+    return {key: a.get(key, 0) + b.get(key, 0) for key in {*a, *b}}
+
+
+_decode = msgspec.msgpack.Decoder(Snapshot).decode
 
 
 class ServiceMetrics:
@@ -143,10 +70,10 @@ class ServiceMetrics:
         if self.base is not None:
             log.info("metrics: carrying on from the last snapshot of worker %d", worker)
 
-    def write(self, snapshot: dict) -> dict:
+    def write(self, snapshot: Snapshot) -> Snapshot:
         """Store this worker's snapshot (its predecessor's counts included); returns it."""
         if self.base is not None:
-            snapshot = merge(self.base, snapshot)
+            snapshot = self.base.merge(snapshot)
         tmp = self.path.with_suffix(".tmp")
         try:
             tmp.write_bytes(msgspec.msgpack.encode(snapshot))
@@ -155,21 +82,19 @@ class ServiceMetrics:
             log.warning("cannot write the metrics snapshot %s: %s", self.path, e)
         return snapshot
 
-    def service(self, own: dict) -> dict:
+    def service(self, own: Snapshot) -> Snapshot:
         """Every worker's latest snapshot, with ``own`` (fresh) for this one."""
         total = own
         for path in sorted(self.directory.glob("worker-*.msgpack")):
             if path != self.path:
                 other = self._read(path)
                 if other is not None:
-                    total = merge(total, other)
+                    total = total.merge(other)
         return total
 
     @staticmethod
-    def _read(path: Path) -> dict | None:
+    def _read(path: Path) -> Snapshot | None:
         try:
-            snap = msgspec.msgpack.decode(path.read_bytes())
+            return _decode(path.read_bytes())
         except (OSError, msgspec.DecodeError):
             return None
-        snap["engines"] = {int(k): v for k, v in snap["engines"].items()}
-        return snap

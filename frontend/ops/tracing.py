@@ -22,11 +22,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from frontend.ops.stats import generated_tokens
+from frontend.ops.counting import generated_tokens
 
 if TYPE_CHECKING:
     from frontend.fanout import Choice
-    from frontend.ops.stats import RequestStats
+    from frontend.ops.counting import RequestStats
 
 log = logging.getLogger("frontend.tracing")
 
@@ -48,7 +48,7 @@ def _span_exporter(endpoint: str):
 
 
 class RequestTracer:
-    """Exports one span per finished engine request (``EngineMetrics.tracer``)."""
+    """Exports one span per finished engine request (``StatsRecorder.tracer``)."""
 
     def __init__(self, endpoint: str) -> None:
         """Raises ValueError when OpenTelemetry is missing or the protocol unknown."""

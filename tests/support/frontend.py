@@ -41,9 +41,10 @@ class RealStack:
     def url(self) -> str:
         return self.frontend.url
 
-    def _start(self, *extra_args: str, env: dict[str, str] | None = None) -> FrontendProcess:
+    def _start(self, *extra_args: str, env: dict[str, str] | None = None,
+               argv: list[str] | None = None) -> FrontendProcess:
         fe = FrontendProcess(self.engine.handshake_addr, self.model_dir, self.workdir,
-                             *extra_args, state_file=self.state_file, env=env)
+                             *extra_args, state_file=self.state_file, env=env, argv=argv)
         try:
             fe.wait_healthy()
         except Exception:
@@ -52,11 +53,14 @@ class RealStack:
         return fe
 
     @contextlib.contextmanager
-    def restarted(self, *extra_args: str, env: dict[str, str] | None = None
-                  ) -> Iterator[FrontendProcess]:
-        """A frontend with other flags on the same engine (re-attached), then back."""
+    def restarted(self, *extra_args: str, env: dict[str, str] | None = None,
+                  argv: list[str] | None = None) -> Iterator[FrontendProcess]:
+        """A frontend with other flags on the same engine (re-attached), then back.
+        ``argv``: a whole command line instead of the usual one plus ``extra_args``
+        (it must re-attach by itself: its --engine-state-file, or this stack's
+        state file where the frontend looks by default)."""
         self.frontend.stop()
-        fe = self._start(*extra_args, env=env)
+        fe = self._start(*extra_args, env=env, argv=argv)
         try:
             yield fe
         finally:

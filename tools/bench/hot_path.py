@@ -30,8 +30,6 @@ import itertools
 import time
 from pathlib import Path
 
-import msgspec
-
 from frontend import structured_outputs as so
 from frontend.fanout import Group
 from frontend.model import load_model_info
@@ -39,7 +37,7 @@ from frontend.openai import tooling
 from frontend.openai.chat import ChatCompletionRequest, ChatView
 from frontend.openai.completions import CompletionRequest, CompletionView
 from frontend.openai.sampling import build_sampling_params
-from frontend.ops.stats import EngineMetrics
+from frontend.ops.stats_recorder import StatsRecorder
 from frontend.render import RenderedChat
 from harness.procs import REPO_ROOT
 from harness.state import SCHEDULER_STATS, make_state
@@ -48,7 +46,7 @@ from tools.bench.prompts import make_prompts
 
 
 def setup(model, prompts: list[str], streams: int, max_tokens: int, route: str = "completions"):
-    state = make_state(model, observer=EngineMetrics(lambda: 4096))
+    state = make_state(model, observer=StatsRecorder(lambda: 4096))
     table = state.table
     sent = [0]
 
@@ -72,9 +70,8 @@ def setup(model, prompts: list[str], streams: int, max_tokens: int, route: str =
                                     temperature=0.0, stream=True, ignore_eos=True)
             group = Group(f"cmpl-{i}", stream=True)
         ids = model.encode(prompt)
-        fields = msgspec.structs.asdict(req)
-        fields["logprobs"] = None  # chat's is a flag; no logprobs either way
-        params = build_sampling_params(model, fields, max_tokens=max_tokens, stream=True)
+        params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=max_tokens,
+                                       stream=True)
         choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                                   params=params)
         table.submit(group)

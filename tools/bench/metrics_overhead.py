@@ -104,13 +104,12 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
 
     Each figure is the best of ``repeats`` runs.
     """
-    import msgspec
-
     from frontend.fanout import Group, Table
     from frontend.model import load_model_info
     from frontend.openai.completions import CompletionRequest
     from frontend.openai.sampling import build_sampling_params
-    from frontend.ops.stats import EngineMetrics
+    from frontend.ops.stats_recorder import StatsRecorder
+    from frontend.ops.vllm_metrics import GENERATION_TOKENS
     from protocol import wire
     from protocol.sampling import ModelLimits
 
@@ -118,7 +117,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     limits = ModelLimits(vocab_size=model.vocab_size, max_model_len=MAX_MODEL_LEN,
                          max_logprobs=20)
     req = CompletionRequest(prompt="x", max_tokens=tokens, ignore_eos=True, stream=True)
-    params = build_sampling_params(model, msgspec.structs.asdict(req), max_tokens=tokens,
+    params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=tokens,
                                    stream=True)
     prompt = [10 + j for j in range(16)]
     token_ids = [100 + (7 * i) % 900 for i in range(tokens)]
@@ -176,8 +175,8 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
         grp.choices[0].finish_reason = "length"
 
     def hooks_run() -> float:
-        obs = EngineMetrics(lambda: MAX_MODEL_LEN)
-        obs.engine(0)  # once per process (the first message), not per request
+        obs = StatsRecorder(lambda: MAX_MODEL_LEN)
+        obs.rank(0)  # once per process (the first message), not per request
         t0 = time.perf_counter()
         for grp in groups:
             obs.on_submit(grp)
@@ -187,7 +186,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
             obs.on_choice_finished(grp.choices[0])
             obs.on_release(grp)
         elapsed = time.perf_counter() - t0
-        assert obs.engine(0).generation_tokens == concurrency * tokens
+        assert obs.rank(0).counters[GENERATION_TOKENS] == concurrency * tokens
         return 1e6 * elapsed / (concurrency * tokens)
 
     best = {"hooks": float("inf"), "table_none": float("inf"),
@@ -196,7 +195,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
         best["hooks"] = min(best["hooks"], hooks_run())
         best["table_none"] = min(best["table_none"], table_run(None))
         best["table_metrics"] = min(best["table_metrics"],
-                                    table_run(EngineMetrics(lambda: MAX_MODEL_LEN)))
+                                    table_run(StatsRecorder(lambda: MAX_MODEL_LEN)))
     return best
 
 

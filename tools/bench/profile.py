@@ -94,7 +94,7 @@ CATEGORIES: list[tuple[str, str, tuple[str, ...]]] = [
                                                           "_render (", "_chunk (")),
     ("per chunk", "socket write", ("SseWriter.push",)),
     ("per chunk", "detokenize", ("IncrementalDetokenizer", "ByteLevelStream")),
-    ("per chunk", "metrics (per step)", ("EngineMetrics.on_step",)),
+    ("per chunk", "metrics (per step)", ("StatsRecorder.on_step",)),
     ("per chunk", "fan-out (route, merge, wake)", ("Table.on_outputs", "Table._apply",
                                                    "Table._stream_step", "Delta.")),
     ("per chunk", "engine message decode", ("wire.py",)),

@@ -17,8 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-FRONTENDS = ("ours", "vllm")
-LABEL = {"ours": "ours", "vllm": "vLLM"}
+FRONTENDS = ("ours", "rust", "vllm")
+LABEL = {"ours": "ours", "rust": "vLLM Rust", "vllm": "vLLM Python"}
+REFERENCES = ("rust", "vllm")  # vLLM's frontends, in the order of the tables
 ENGINE_TITLE = {"mock": "mock engine (frontend-bound)",
                 "real": "real engine (tiny model, vLLM CPU EngineCore)"}
 
@@ -48,6 +49,7 @@ class Results:
             self.by[(r["engine"], r["point"], r["frontend"])].append(r)
         self.engines = [e for e in ("mock", "real") if any(k[0] == e for k in self.by)]
         self.repeats = max((r["repeat"] for r in data["runs"]), default=-1) + 1
+        self.references = [fe for fe in REFERENCES if any(k[2] == fe for k in self.by)]
 
     def values(self, engine: str, point: str, fe: str, get: Callable[[dict], Any]) -> list:
         out = []
@@ -58,10 +60,11 @@ class Results:
                 out.append(None)
         return out
 
-    def ratios(self, engine: str, point: str, get: Callable[[dict], Any]) -> list[float]:
-        """ours/vLLM per repeat (both measured in the same repeat, seconds apart)."""
+    def ratios(self, engine: str, point: str, get: Callable[[dict], Any],
+               ref: str = "vllm") -> list[float]:
+        """ours/``ref`` per repeat (both measured in the same repeat, seconds apart)."""
         a = {r["repeat"]: r for r in self.by.get((engine, point, "ours"), [])}
-        b = {r["repeat"]: r for r in self.by.get((engine, point, "vllm"), [])}
+        b = {r["repeat"]: r for r in self.by.get((engine, point, ref), [])}
         out = []
         for rep in sorted(set(a) & set(b)):
             try:
@@ -178,7 +181,9 @@ def startup_section(res: Results) -> list[str]:
             f"| {engine} | {LABEL[fe]} | "
             f"{_spread([s.get('start_to_serving_s') for s in ss], '.2f', rng)} | "
             f"{_spread([s.get('engine_ready_to_serving_s') for s in ss], '.3f', rng)} | "
-            f"{_spread([s.get('rss_idle_mb') for s in ss], '.0f', rng)} | "
+            f"{_spread([s.get('rss_idle_mb') for s in ss], '.0f', rng)}"
+            + (f" (vllm-rs alone {_spread([s.get('rss_idle_binary_mb') for s in ss], '.0f', rng)})"
+               if fe == "rust" else "") + " | "
             f"{_spread([s.get('rss_after_mb') for s in ss], '.0f', rng)} | "
             f"{ss[0].get('frontend_processes', '-')} |")
     return lines
@@ -231,20 +236,21 @@ def results_section(res: Results, engine: str) -> list[str]:
                 f"{_spread(v(lambda r: r['engine_cpu_share'] * 100), '.0f', False)} % | "
                 f"{_spread(v(lambda r: r['loadgen_cpu_share'] * 100), '.0f', False)} % | "
                 f"{busy_s} | {_spread(v(lambda r: r.get('rss_peak_mb')), '.0f', False)} |")
-    out += ["", f"#### Ratios, ours / vLLM, per repeat ({ENGINE_TITLE[engine]})", "",
-            "| point | output tok/s | tok per frontend CPU-s | p99 TTFT | p50 TTFT |",
-            "|---|---|---|---|---|"]
-    for p in res.points:
-        stream = res.point_info[p]["stream"]
-        tok = res.ratios(engine, p, lambda r: r["tok_s"])
-        if not tok:
-            continue
-        eff = res.ratios(engine, p, tok_per_cpu_s)
-        t99 = res.ratios(engine, p, lambda r: r["ttft_ms"]["p99"]) if stream else []
-        t50 = res.ratios(engine, p, lambda r: r["ttft_ms"]["p50"]) if stream else []
-        out.append(f"| {p} | {_spread(tok, '.2f', rng)}× | {_spread(eff, '.2f', rng)}× | "
-                   f"{_spread(t99, '.2f', rng) + '×' if t99 else '-'} | "
-                   f"{_spread(t50, '.2f', rng) + '×' if t50 else '-'} |")
+    for ref in res.references:
+        out += ["", f"#### Ratios, ours / {LABEL[ref]}, per repeat ({ENGINE_TITLE[engine]})",
+                "", "| point | output tok/s | tok per frontend CPU-s | p99 TTFT | p50 TTFT |",
+                "|---|---|---|---|---|"]
+        for p in res.points:
+            stream = res.point_info[p]["stream"]
+            tok = res.ratios(engine, p, lambda r: r["tok_s"], ref)
+            if not tok:
+                continue
+            eff = res.ratios(engine, p, tok_per_cpu_s, ref)
+            t99 = res.ratios(engine, p, lambda r: r["ttft_ms"]["p99"], ref) if stream else []
+            t50 = res.ratios(engine, p, lambda r: r["ttft_ms"]["p50"], ref) if stream else []
+            out.append(f"| {p} | {_spread(tok, '.2f', rng)}× | {_spread(eff, '.2f', rng)}× | "
+                       f"{_spread(t99, '.2f', rng) + '×' if t99 else '-'} | "
+                       f"{_spread(t50, '.2f', rng) + '×' if t50 else '-'} |")
     return out
 
 
@@ -256,7 +262,7 @@ def plot(res: Results, png: Path) -> Path:
     engines = res.engines
     fig, axes = plt.subplots(2, max(1, len(engines)), figsize=(6.2 * max(1, len(engines)), 8),
                              squeeze=False)
-    colors = {"ours": "tab:blue", "vllm": "tab:orange"}
+    colors = {"ours": "tab:blue", "vllm": "tab:orange", "rust": "tab:green"}
     for col, engine in enumerate(engines):
         ax_t, ax_l = axes[0][col], axes[1][col]
         for fe in FRONTENDS:
@@ -414,6 +420,13 @@ METHOD = """\
   compare measurements taken seconds apart. Medians over repeats, with
   min–max in parentheses. The tokens-per-frontend-CPU-second columns are the
   least sensitive to other load on the machine.
+* **vLLM's Rust frontend** (`--reference rust`) is the same `vllm serve` command
+  under `VLLM_USE_RUST_FRONTEND=1`: its Python supervisor does the engine
+  handshake and hands the HTTP and engine sockets to the `vllm-rs` binary from
+  the CUDA wheel (`python -m tools.bench.rust_frontend`). CPU and RSS are of the
+  whole tree (the supervisor idles); the start-up table also gives `vllm-rs`'s
+  RSS alone. It answers 400 to batch prompts and n > 1, so those points have no
+  Rust row.
 * **vLLM's frontend** is `vllm serve` with `--data-parallel-size-local 0`
   attached to a headless engine, with vLLM's defaults (uvloop, one API server
   process, stats logging on) except `--disable-uvicorn-access-log`; request
@@ -442,7 +455,9 @@ def render(json_path: Path, md_path: Path, png_path: Path,
             print("matplotlib is missing (pip install -e '.[bench]'): no plot")
     rel_png = png_path.name
     rel_json = json_path.name
-    out = ["# Benchmarks: this frontend vs vLLM 0.32's Python frontend", "",
+    vs = " and ".join(f"{LABEL[r].split()[1]}" for r in res.references) or "Python"
+    out = [f"# Benchmarks: this frontend vs vLLM 0.32's {vs} frontend"
+           f"{'s' if len(res.references) > 1 else ''}", "",
            "Generated by `tools/bench/run.py` (re-render with "
            f"`.venv/bin/python -m tools.bench.report {_rel(json_path)}`)."
            f" Raw results: [{rel_json}]({rel_json}).", "",
@@ -450,6 +465,8 @@ def render(json_path: Path, md_path: Path, png_path: Path,
            "## Targets", "", *targets(res), "",
            f"![throughput and p99 TTFT vs concurrency]({rel_png})", "",
            "## Machine and run", "", *machine_section(data), ""]
+    if data.get("rust_skipped"):
+        out += [f"**The Rust frontend was skipped:** {data['rust_skipped']}", ""]
     if data.get("failures"):
         out += ["**Failures during the run:**", ""]
         out += [f"* {f['engine']} repeat {f['repeat']}: `{f['error'][:500]}`"
@@ -555,6 +572,37 @@ def paced_targets(res: Results, data: dict) -> list[str]:
         m = statistics.median(rat)
         lines.append(f"| {p}: requests/s ≥ 4× vLLM's | {_spread(rat, '.2f', rng)}× | "
                      f"{_status(m, m >= 4, f'{m / 4:.0%} of the target')} |")
+    return lines + rust_targets(res)
+
+
+def rust_targets(res: Results) -> list[str]:
+    """Issue 30's targets against vLLM's Rust frontend (rows for the points run)."""
+    if "rust" not in res.references:
+        return []
+    rng = res.repeats > 1
+    lines = []
+
+    def row(point: str, what: str, get: Callable[[dict], Any], ok: Callable[[float], bool],
+            goal: float) -> None:
+        rat = res.ratios("mock", point, get, "rust")
+        if rat:
+            m = statistics.median(rat)
+            lines.append(f"| {point}: {what} (issue 30) | {_spread(rat, '.2f', rng)}× "
+                         f"vLLM Rust's | {_status(m, ok(m), f'{m / goal:.2f}× the target')} |")
+
+    for p in res.points:
+        info = res.point_info[p]
+        if p.endswith("@2ms") and info["stream"] and info["concurrency"] in (16, 64, 256):
+            row(p, "frontend CPU per output token ≤ 0.8× vLLM Rust's",
+                lambda r: r["frontend_cpu_s_per_1k_tok"], lambda m: m <= 0.8, 0.8)
+            row(p, "p99 TTFT ≤ vLLM Rust's", lambda r: r["ttft_ms"]["p99"],
+                lambda m: m <= 1.0, 1.0)
+        elif p.endswith("@2ms") and not info["stream"] and info["concurrency"] == 64:
+            row(p, "frontend CPU per request ≤ 0.8× vLLM Rust's",
+                lambda r: r.get("frontend_cpu_ms_per_req"), lambda m: m <= 0.8, 0.8)
+        elif p == "stream-c256@0ms":
+            row(p, "output tok/s ≥ 1.25× vLLM Rust's", lambda r: r["tok_s"],
+                lambda m: m >= 1.25, 1.25)
     return lines
 
 
@@ -648,12 +696,23 @@ def paced_results(res: Results, data: dict) -> list[str]:
                 f"{_spread(v(lambda r: r['frontend_cpu_share'] * 100), '.0f', False)} % | "
                 f"{ttft} | {itl} | {_spread(v(lambda r: r.get('rss_peak_mb')), '.0f', False)} | "
                 f"{busy_s} | {errs} |")
-    out += ["", "Ratios per repeat (ours / vLLM measured seconds apart; ours / the floor "
-            "of the same repeat):", "",
-            "| point | CPU per token, ours / vLLM | CPU per request, ours / vLLM | "
-            "tok/s, ours / vLLM | req/s, ours / vLLM | ours / floor (unpaced) | "
-            "ours / floor (paced, same step) | p99 TTFT, ours / vLLM |",
-            "|---|---|---|---|---|---|---|---|"]
+    refs = res.references or ["vllm"]  # ours alone: the floor ratios still
+    for ref in refs:
+        out += paced_ratios(res, data, ref, floors=ref == refs[-1])
+    return out
+
+
+def paced_ratios(res: Results, data: dict, ref: str, floors: bool) -> list[str]:
+    """Ours / ``ref`` per repeat, and (``floors``) ours / the trivial server's floor."""
+    rng = res.repeats > 1
+    vs = LABEL[ref]
+    out = ["", f"Ratios per repeat (ours / {vs} measured seconds apart"
+           + ("; ours / the floor of the same repeat):" if floors else "):"), "",
+           f"| point | CPU per token, ours / {vs} | CPU per request, ours / {vs} | "
+           f"tok/s, ours / {vs} | req/s, ours / {vs} | "
+           + ("ours / floor (unpaced) | ours / floor (paced, same step) | " if floors else "")
+           + f"p99 TTFT, ours / {vs} |",
+           "|---|---|---|---|---|" + ("---|---|" if floors else "") + "---|"]
     for p in res.points:
         info = res.point_info[p]
         load = info.get("load", p.split("@")[0])
@@ -665,14 +724,18 @@ def paced_results(res: Results, data: dict) -> list[str]:
             base, key, fkey = load, "frontend_cpu_ms_per_req", "server_cpu_ms_per_req"
         f0 = _floor_ratios(res, data, p, f"{base}@0ms", key, fkey)
         fs = _floor_ratios(res, data, p, f"{base}@{step}", key, fkey) if step != "0ms" else []
-        t99 = res.ratios("mock", p, lambda r: r["ttft_ms"]["p99"]) if info["stream"] else []
-        row = [_spread(res.ratios("mock", p, lambda r: r["frontend_cpu_s_per_1k_tok"]),
+        t99 = (res.ratios("mock", p, lambda r: r["ttft_ms"]["p99"], ref)
+               if info["stream"] else [])
+        if not floors and not res.by.get(("mock", p, ref)):
+            continue
+        row = [_spread(res.ratios("mock", p, lambda r: r["frontend_cpu_s_per_1k_tok"], ref),
                        '.3f', rng),
-               _spread(res.ratios("mock", p, lambda r: r.get("frontend_cpu_ms_per_req")),
+               _spread(res.ratios("mock", p, lambda r: r.get("frontend_cpu_ms_per_req"), ref),
                        '.3f', rng),
-               _spread(res.ratios("mock", p, lambda r: r["tok_s"]), '.2f', rng),
-               _spread(res.ratios("mock", p, lambda r: r["req_s"]), '.2f', rng),
-               _spread(f0, '.2f', rng), _spread(fs, '.2f', rng), _spread(t99, '.2f', rng)]
+               _spread(res.ratios("mock", p, lambda r: r["tok_s"], ref), '.2f', rng),
+               _spread(res.ratios("mock", p, lambda r: r["req_s"], ref), '.2f', rng),
+               *([_spread(f0, '.2f', rng), _spread(fs, '.2f', rng)] if floors else []),
+               _spread(t99, '.2f', rng)]
         out.append(f"| {p} | " + " | ".join(row) + " |")
     return out
 
@@ -699,8 +762,8 @@ def paced_section(data: dict, json_path: Path) -> list[str]:
         "on the machine: see the core busy column)",
         f"* frontend under test on core {a['frontend_cpu']}, mock engine, load generator and "
         f"harness on core {a['other_cpu']}; {a['duration']:g} s window per point "
-        f"({a['ceiling_duration']:g} s for the floor), {res.repeats} repeat(s), both "
-        "stacks started once per repeat, points alternating which frontend goes first; "
+        f"({a['ceiling_duration']:g} s for the floor), {res.repeats} repeat(s), every "
+        "stack started once per repeat, points rotating which frontend goes first; "
         f"mock --max-num-seqs {a['max_num_seqs']}; prompts of 128 tokens, 128 output tokens "
         "unless the point says otherwise",
         "",

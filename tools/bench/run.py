@@ -1,18 +1,25 @@
-"""Side-by-side benchmark: this frontend vs vLLM 0.32's Python API server.
+"""Side-by-side benchmark: this frontend vs vLLM 0.32's Python API server (and its Rust one).
 
     .venv/bin/python -m tools.bench.run [--quick] [--engines mock real] [--repeats N]
+                                        [--reference python|rust|python,rust]
 
 For each engine kind (``mock``: ``engine-core --mock --step-time 0``, so the
 frontend is the bottleneck; ``real``: the tiny model on vLLM's CPU engine) and
 each repeat, it starts two fresh stacks, one after the other:
 
 * ours: ``frontend --engine-addr tcp://127.0.0.1:P ...`` + a fresh engine;
-* vLLM: ``vllm serve MODEL --data-parallel-size-local 0 ...`` + a fresh engine
+* vLLM: ``vllm serve MODEL --data-parallel-size-local 0 ...`` + a fresh engine;
+* with ``--reference rust``: the same ``vllm serve`` command under
+  ``VLLM_USE_RUST_FRONTEND=1``, whose Python supervisor does the engine
+  handshake and hands the HTTP and engine sockets to vLLM's ``vllm-rs`` binary
+  (``python -m tools.bench.rust_frontend`` puts it in place; without it the
+  Rust stack is skipped with a message). It answers 400 to batch prompts and
+  n > 1, so those points run only on the others
 
 (a headless engine handshakes once, so every frontend gets its own). The
 frontend under test runs on one core (``taskset -c FRONTEND_CPU``); engines,
 this process and its load generator on the other (``taskset -c OTHER_CPU``).
-Then every load point runs on both stacks back to back, the order alternating
+Then every load point runs on every stack back to back, the order rotating
 from point to point and repeat to repeat, so that ours/vLLM ratios come from
 measurements taken seconds apart.
 
@@ -66,6 +73,7 @@ from harness.ports import HOST, free_port, free_port_triple
 from harness.tiny_model import build as build_tiny_model
 from harness.vllm_server import api_server_command
 from harness.waits import wait_healthy, wait_listening
+from tools.bench import rust_frontend
 from tools.bench.loadgen import Client, PointResult, Workload, run_point
 from tools.bench.prompts import make_prompts
 
@@ -82,6 +90,14 @@ except Exception:  # pragma: no cover
 
 # Extra flags for vLLM's API server: no per-request access log line (ours has none).
 VLLM_FRONTEND_FLAGS = ["--disable-uvicorn-access-log"]
+# --reference NAME: the frontend kind of each of vLLM's frontends.
+REFERENCES = {"python": "vllm", "rust": "rust"}
+
+
+def supports(frontend: str, w: Workload) -> bool:
+    """vLLM 0.32's Rust frontend answers 400 to batch prompts ("data did not match
+    any variant of untagged enum Prompt") and to n > 1 ("Only n=1 is supported")."""
+    return frontend != "rust" or (w.n == 1 and w.prompts_per_request == 1)
 
 
 def workloads(concurrencies: list[int], extra: bool) -> list[Workload]:
@@ -131,7 +147,8 @@ def floor_points(args: argparse.Namespace) -> list[tuple[float, Workload]]:
 
 # ------------------------------------------------------------------ stacks
 class Stack:
-    """One frontend (``ours`` or ``vllm``) on its own fresh engine (``mock``/``real``)."""
+    """One frontend (``ours``, ``vllm`` or ``rust``) on its own fresh engine
+    (``mock``/``real``)."""
 
     def __init__(self, frontend: str, engine: str, args: argparse.Namespace,
                  logdir: Path, tag: str) -> None:
@@ -166,9 +183,10 @@ class Stack:
     def _frontend_argv(self) -> tuple[list[str], dict[str, str]]:
         if self.frontend_kind == "ours":
             return (frontend_command(f"tcp://{HOST}:{self.engine_port}", self.args.model,
-                                     self.port, "--host", HOST, *self.args.ours_arg), {})
+                                     self.port, *self.args.ours_arg), {})
+        env = {**CPU_ENV, **(rust_frontend.SERVE_ENV if self.frontend_kind == "rust" else {})}
         return (api_server_command(self.args.model, self.engine_port, self.port,
-                                   *VLLM_FRONTEND_FLAGS, *self.args.vllm_arg), dict(CPU_ENV))
+                                   *VLLM_FRONTEND_FLAGS, *self.args.vllm_arg), env)
 
     def start(self) -> dict[str, Any]:
         self.launch()
@@ -206,6 +224,9 @@ class Stack:
         self.pids = self.frontend.pids()
         self.engine_pids = self.engine.pids()
         info["rss_idle_mb"] = procs.rss_bytes(self.pids) / 2**20
+        if self.frontend_kind == "rust":  # the binary alone, without its Python supervisor
+            binary = procs.pids_named(self.pids, rust_frontend.BINARY_NAME)
+            info["rss_idle_binary_mb"] = procs.rss_bytes(binary) / 2**20
         info["frontend_processes"] = len(self.pids)
         self.startup = info
         return info
@@ -295,8 +316,8 @@ def measure(client: Client, w: Workload, duration: float, max_requests: int,
     return uvloop.run(_measured_point(client, w, duration, max_requests, stack, extra_pids))
 
 
-async def _warm_up(client: Client) -> None:
-    """A few short requests of every kind, not measured (first-request costs)."""
+async def _warm_up(client: Client, frontend: str) -> None:
+    """A few short requests of every kind it serves, not measured (first-request costs)."""
     conns = [await client.connect() for _ in range(8)]
     for w in (Workload("w", 8, stream=True, max_tokens=8),
               Workload("w", 8, stream=False, max_tokens=8),
@@ -304,6 +325,8 @@ async def _warm_up(client: Client) -> None:
               Workload("w", 8, stream=True, prompts_per_request=2, max_tokens=8),
               Workload("w", 8, stream=True, max_tokens=8, api="chat"),
               Workload("w", 8, stream=False, max_tokens=8, api="chat")):
+        if not supports(frontend, w):
+            continue
         recs = await asyncio.gather(*(client.send(c, client.build(w, 8)) for c in conns))
         bad = [r.error for r in recs if r.error]
         if bad:
@@ -312,9 +335,9 @@ async def _warm_up(client: Client) -> None:
         c.transport.close()
 
 
-def warm_up(client: Client) -> None:
+def warm_up(client: Client, frontend: str) -> None:
     import uvloop
-    uvloop.run(_warm_up(client))
+    uvloop.run(_warm_up(client, frontend))
 
 
 # ------------------------------------------------------------------ ceiling
@@ -442,7 +465,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="3 s per point, 1 repeat (default: 8 s, 3 repeats with the mock); "
                         "with --suite paced: c=64 only, 2 ms only")
     p.add_argument("--engines", nargs="+", choices=("mock", "real"), default=["mock", "real"])
-    p.add_argument("--frontends", nargs="+", choices=("ours", "vllm"), default=["ours", "vllm"])
+    p.add_argument("--frontends", nargs="+", choices=("ours", "vllm", "rust"),
+                   default=["ours", "vllm"],
+                   help="ours and the reference(s); vllm: vLLM's Python API server, rust: "
+                        "its Rust frontend (see --reference)")
+    p.add_argument("--reference", default=None,
+                   help="the vLLM frontend(s) to compare with, comma-separated: python, "
+                        "rust or python,rust (replaces vllm/rust in --frontends; default "
+                        "python)")
     p.add_argument("--repeats", type=int, default=None,
                    help="repeats with the mock engine (default 3, --quick 1)")
     p.add_argument("--real-repeats", type=int, default=1,
@@ -495,6 +525,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--logdir", type=Path, default=None,
                    help="process logs (default: a fresh folder under /tmp)")
     args = p.parse_args(argv)
+    if args.reference is not None:
+        refs = [r.strip() for r in args.reference.split(",") if r.strip()]
+        if not refs or any(r not in REFERENCES for r in refs):
+            p.error(f"--reference: one or more of {', '.join(REFERENCES)}, comma-separated")
+        args.frontends = [f for f in args.frontends if f == "ours"] + [
+            REFERENCES[r] for r in dict.fromkeys(refs)]
     paced = args.suite == "paced"
     if args.concurrency is None:
         args.concurrency = ([64] if args.quick else [16, 64, 256]) if paced else [1, 16, 64, 256]
@@ -515,8 +551,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def rust_available(args: argparse.Namespace) -> str | None:
+    """Put vllm-rs in place for ``--reference rust``; None, or why it is skipped."""
+    if "rust" not in args.frontends:
+        return None
+    try:
+        log(f"Rust frontend: {rust_frontend.ensure()}")
+        return None
+    except rust_frontend.Unavailable as e:
+        args.frontends.remove("rust")
+        log(f"SKIPPING the Rust frontend: {e}")
+        return str(e)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    rust_skipped = rust_available(args)
     if not (args.model / "tokenizer.json").exists():
         log(f"building the tiny model in {args.model}")
         build_tiny_model(args.model)
@@ -544,7 +594,10 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_env": CPU_ENV,
         "points": [{**asdict(w), "name": point_name(w, st), "load": w.name, "step_time": st}
                    for st, w in points],
-        "ceiling": [], "floor": [], "startup": [], "runs": [], "failures": []}
+        "ceiling": [], "floor": [], "startup": [], "runs": [], "failures": [],
+        "frontends": list(args.frontends)}
+    if rust_skipped:
+        results["rust_skipped"] = rust_skipped
     if args.baseline is not None:
         results["baseline"] = str(args.baseline)
     out_json = args.out_dir / f"{args.name}.json"
@@ -586,12 +639,14 @@ def main(argv: list[str] | None = None) -> int:
                 clients = {}
                 for s in stacks:
                     clients[s.frontend_kind] = Client(HOST, s.port, prompts, model=SERVED)
-                    warm_up(clients[s.frontend_kind])
+                    warm_up(clients[s.frontend_kind], s.frontend_kind)
                     s.refresh_pids()
                 for j, (step_time, w) in enumerate(points):
                     name = point_name(w, step_time)
-                    order = stacks if (rep + j) % 2 == 0 else stacks[::-1]
-                    for s in order:
+                    k = (rep + j) % len(stacks)  # rotate who goes first
+                    for s in stacks[k:] + stacks[:k]:
+                        if not supports(s.frontend_kind, w):
+                            continue
                         s.set_step_time(step_time)
                         r = measure(clients[s.frontend_kind], w, args.duration,
                                     args.max_requests, s)
