@@ -7,6 +7,7 @@ histograms' sums are exact.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
