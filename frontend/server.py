@@ -112,7 +112,8 @@ class Server:
                                             slot=client)
         service = (ServiceMetrics(config.metrics_dir, client)
                    if config.metrics_dir is not None else None)
-        self.metrics = Metrics(self.state, self.limits, recorder, service)
+        self.metrics = Metrics(self.state, self.limits, recorder, service,
+                               cache_flags=config.vllm_flags.cache_config())
         self.runner: web.AppRunner | None = None
         self._limits_for: object = object()  # the ReadyResponse _limits was built for
         self._limits: ModelLimits | None = None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from frontend.engine_client import DISCONNECT_GRACE_S
+from frontend.engine_ranks import DISCONNECT_GRACE_S
 from harness.procs import REPO_ROOT
 from tests.support.requirements import require_vllm
 from tools.chaos import Stream

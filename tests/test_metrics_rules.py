@@ -11,10 +11,12 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from frontend.cli import build_parser, parse_args
 from frontend.fanout import Group
 from frontend.model import load_model_info
 from frontend.openai.completions import CompletionRequest
 from frontend.openai.sampling import build_sampling_params
+from frontend.ops import vllm_flags
 from frontend.ops.buckets import check_bucket_overrides, request_token_buckets
 from frontend.ops.rank_stats import RankStats
 from frontend.ops.service_metrics import Snapshot
@@ -83,7 +85,7 @@ def families(ranks: dict[int, RankStats]) -> dict:
                                   1.0).families(
                 cache_config=cache_config_labels(
                     ReadyResponse(max_model_len=MAX_MODEL_LEN, num_gpu_blocks=1024,
-                                  block_size=128), len(ranks)),
+                                  block_size=128), len(ranks), {}),
                 count_nans=False, kv_cache_metrics=False)
     registry.register(Collector())
     return parse(generate_latest(registry).decode())
@@ -356,3 +358,31 @@ def test_custom_histogram_buckets_replace_a_familys_bounds(model):
 def test_custom_histogram_buckets_are_checked_as_vllm_does(value, message):
     with pytest.raises(ValueError, match=message):
         check_bucket_overrides(value)
+
+
+READY_LABELS = {"block_size": "16", "mamba_block_size": "None", "num_gpu_blocks": "2048",
+                "effective_attention_block_size": "None", "kv_cache_size_tokens": "None",
+                "kv_cache_max_concurrency": "None"}
+
+
+@pytest.mark.parametrize("argv, from_flags", [
+    ([], {}),
+    # A deployment's `vllm serve` line, copied: its cache flags are stated as
+    # vLLM writes them; the engines' block size wins over the flag's.
+    (["--gpu-memory-utilization", "0.8", "--kv-cache-dtype", "fp8", "--block-size", "32",
+      "--enable-prefix-caching", "--max-model-len", "8192", "--enforce-eager"],
+     {"gpu_memory_utilization": "0.8", "cache_dtype": "fp8", "enable_prefix_caching": "True"}),
+    (["--no-enable-prefix-caching", "--kv-cache-memory-bytes", "1G",
+      "--num-gpu-blocks-override", "64"],
+     {"enable_prefix_caching": "False", "kv_cache_memory_bytes": "1073741824",
+      "num_gpu_blocks_override": "64"}),
+    # "auto" is vLLM's to resolve (from the model, for the host): not stated.
+    (["--kv-cache-dtype", "auto", "--mamba-ssm-cache-dtype", "auto"], {}),
+], ids=["no-flags", "deployment-line", "other-flags", "auto"])
+def test_cache_config_info_states_what_the_engines_and_the_operator_said(argv, from_flags):
+    """vllm:cache_config_info: the engines' ready-response labels, plus the
+    CacheConfig fields of the engine flags given; nothing else (no default the
+    frontend never saw)."""
+    flags = vllm_flags.recorded(parse_args(build_parser(), ["serve", "m", *argv]))
+    ready = ReadyResponse(max_model_len=MAX_MODEL_LEN, num_gpu_blocks=1024, block_size=16)
+    assert cache_config_labels(ready, 2, flags.cache_config()) == READY_LABELS | from_flags

@@ -182,6 +182,23 @@ def test_disable_log_stats_keeps_http_metrics(start_ops_stack):
                   status="200") == 1
 
 
+def test_cache_config_info_states_the_cache_flags_given(start_ops_stack):
+    """Engine cache flags on the frontend's command line (as in a copied `vllm
+    serve` line) label vllm:cache_config_info next to what the engine's ready
+    response says; a setting nobody gave is not a label. (The unit cases:
+    tests/test_metrics_rules.py.)"""
+    stack = start_ops_stack("--gpu-memory-utilization", "0.8", "--kv-cache-dtype", "fp8",
+                            "--no-enable-prefix-caching")
+    info = [dict(labels) for (name, labels), value in scrape(stack.url).items()
+            if name == "vllm:cache_config_info" and value == 1]
+    assert len(info) == 1, info
+    labels = info[0]
+    assert (labels["gpu_memory_utilization"], labels["cache_dtype"],
+            labels["enable_prefix_caching"]) == ("0.8", "fp8", "False")
+    assert labels["num_gpu_blocks"] == str(int(labels["num_gpu_blocks"]))  # the engine's
+    assert "mamba_ssm_cache_dtype" not in labels and "kv_cache_memory_bytes" not in labels
+
+
 @pytest.mark.parametrize("scrapes", [3])
 def test_metrics_scrape_is_stable(start_ops_stack, scrapes):
     """Counters only grow and families keep their label sets across scrapes."""

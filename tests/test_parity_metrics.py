@@ -20,7 +20,10 @@ same order. Then, over the ``vllm:*`` families of both ``/metrics`` bodies:
   engine settings, some rewritten for the host (its CPU platform sets
   ``mamba_ssm_cache_dtype`` float32 where the CPU has AVX-512 BF16): nothing
   a frontend is told, so ours leaves them out. vLLM's values come from its
-  running server, never from a constant.
+  running server, never from a constant. Given the same engine cache flags
+  on the command line, both state them alike (a test of its own, on the
+  mock engine: vLLM's API server takes these labels from its command line,
+  not from the engine).
 
 The workload covers finish by length, by EOS and by stop string, n > 1,
 batch prompts, chat, streaming, /inference/v1/generate, an omitted max_tokens,
@@ -33,11 +36,16 @@ from __future__ import annotations
 import ast
 import importlib.util
 import random
+import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from harness.engine_harness import spawn_mock
+from harness.ports import HOST, free_port
+from harness.vllm_server import VllmFrontend
 from tests.support.exposition import Family, parse
 from tests.support.http_client import get, post
 
@@ -186,3 +194,54 @@ def test_metrics_equal_vllm_after_the_same_workload(vllm_frontend, frontend):
     assert ours_added("vllm:request_success") == 13  # engine requests
     assert ours_added("vllm:request_success", finished_reason="stop") == 2  # EOS, stop string
     assert ours_added("vllm:prefix_cache_hits") >= 256
+
+
+# Engine cache flags, as in a copied `vllm serve` line; none is vLLM's default,
+# and --block-size is one the engines' ready responses override.
+CACHE_FLAGS = ("--gpu-memory-utilization", "0.5", "--no-enable-prefix-caching",
+               "--prefix-caching-hash-algo", "sha256_cbor", "--block-size", "32")
+
+
+@dataclass
+class MockAsEngine:
+    """What VllmFrontend needs of its engine, for a mock engine."""
+    name = "the mock engine"
+    handshake_addr: str
+    log_path: Path
+    proc: subprocess.Popen | None = None
+
+    def log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture
+def vllm_with_cache_flags(tiny_model_dir, tmp_path):
+    """vLLM's API server given CACHE_FLAGS, on the mock engine."""
+    engine = MockAsEngine(f"tcp://{HOST}:{free_port()}", tmp_path / "mock.log")
+    server = VllmFrontend(engine, tiny_model_dir, tmp_path / "vllm-serve.log", *CACHE_FLAGS)
+    engine.proc, _ = spawn_mock(engine.handshake_addr, engine.log_path,
+                                "--model", str(tiny_model_dir))
+    try:
+        yield server
+    finally:
+        server.stop()
+        engine.proc.terminate()
+        engine.proc.wait(15)
+
+
+def test_cache_config_info_states_the_cache_flags_as_vllm_does(vllm_with_cache_flags,
+                                                              start_ops_stack):
+    """The same cache flags to vLLM's API server and to ours, each on a mock
+    engine (the same ready response): every label ours states, vLLM states
+    with the same value: the flags' values, and the engine's block size."""
+    ours = start_ops_stack(*CACHE_FLAGS)
+    [(_, o_labels)] = scrape(ours.url)[CACHE_CONFIG].samples
+    [(_, t_labels)] = scrape(vllm_with_cache_flags.url)[CACHE_CONFIG].samples
+    ours_labels, theirs = dict(o_labels), dict(t_labels)
+    assert set(ours_labels) == labels_from_ready_responses() | {
+        "engine", "gpu_memory_utilization", "enable_prefix_caching",
+        "prefix_caching_hash_algo"}, ours_labels
+    assert (theirs["gpu_memory_utilization"], theirs["enable_prefix_caching"],
+            theirs["prefix_caching_hash_algo"]) == ("0.5", "False", "sha256_cbor")  # not defaults
+    assert theirs["block_size"] != "32"  # the engine's, as ours
+    assert ours_labels == {k: theirs[k] for k in ours_labels}

@@ -187,6 +187,47 @@ def test_engine_flags_are_recorded_and_listed(tmp_path):
                                         "--enforce-eager")
 
 
+def vllm_cache_config_fields() -> dict[str, str]:
+    """{flag dest: CacheConfig field} as vLLM builds its CacheConfig from its
+    engine flags (``EngineArgs.create_engine_config``), read from its source:
+    the keywords of the ``CacheConfig(...)`` call whose value is a flag
+    (``self.<dest>``, also through a local it was resolved into)."""
+    import ast
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("vllm").origin).parent / "engine/arg_utils.py"
+    function = next(node for node in ast.walk(ast.parse(source.read_text()))
+                    if isinstance(node, ast.FunctionDef) and node.name == "create_engine_config")
+    assigned = {target.id: node.value for node in ast.walk(function)
+                if isinstance(node, ast.Assign) for target in node.targets
+                if isinstance(target, ast.Name)}
+
+    def flags_in(expr: ast.expr) -> list[str]:
+        if isinstance(expr, ast.Name) and expr.id in assigned:
+            expr = assigned[expr.id]
+        return [n.attr for n in ast.walk(expr) if isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name) and n.value.id == "self"]
+
+    call = next(node for node in ast.walk(function) if isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "CacheConfig")
+    fields = {}
+    for keyword in call.keywords:
+        dests = flags_in(keyword.value)
+        if dests:
+            assert len(dests) == 1, ast.dump(keyword)
+            fields[dests[0]] = keyword.arg
+    return fields
+
+
+def test_cache_flags_are_the_flags_vllm_makes_its_cache_config_of():
+    """RecordedFlags.cache_config() (what labels vllm:cache_config_info) names
+    the CacheConfig field each engine flag sets in vLLM, renames included."""
+    require_vllm()
+    fields = vllm_cache_config_fields()
+    assert fields["kv_cache_dtype"] == "cache_dtype" and len(fields) > 10, fields
+    assert vllm_flags._CACHE_CONFIG_FIELDS == fields
+
+
 def test_bad_values_exit_2_as_in_vllm(capsys):
     for argv in (["--max-model-len", "lots"], ["--dtype", "float8"],
                  ["--gpu-memory-utilization", "x"], ["--no-such-flag"]):

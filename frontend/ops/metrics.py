@@ -145,9 +145,13 @@ class Metrics:
 
     def __init__(self, state: "AppState", limits: "LimitsState",
                  recorder: StatsRecorder | None,
-                 service: ServiceMetrics | None = None) -> None:
+                 service: ServiceMetrics | None = None,
+                 cache_flags: dict[str, Any] | None = None) -> None:
         self.state = state
         self.limits = limits
+        # The CacheConfig fields that engine flags given to this frontend set
+        # (RecordedFlags.cache_config()), for vllm:cache_config_info.
+        self.cache_flags = cache_flags or {}
         # One of several frontend processes: /metrics shows the whole service.
         self.service = service
         self.created = time.time()
@@ -187,7 +191,7 @@ class Metrics:
             ranks = [(str(i), stats) for i, stats in sorted(snap.ranks.items())]
             exposition = Exposition(ranks, state.model.name, self.created)
             yield from exposition.families(
-                cache_config=cache_config_labels(state.ready, len(ranks)),
+                cache_config=cache_config_labels(state.ready, len(ranks), self.cache_flags),
                 count_nans=recorder.count_nans, kv_cache_metrics=recorder.kv_cache_metrics,
                 lora_info=((recorder.max_loras, snap.lora_info)
                            if recorder.lora_info is not None else None))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -46,18 +46,26 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 
-def cache_config_labels(ready: "ReadyResponse", num_engines: int) -> dict[str, str]:
-    """The labels of ``vllm:cache_config_info`` that this frontend knows.
+def cache_config_labels(ready: "ReadyResponse", num_engines: int,
+                        flags: Mapping[str, Any]) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info``: what this frontend knows.
 
-    vLLM's API server labels it with its whole ``CacheConfig``: the engine
-    settings from its own command line (``gpu_memory_utilization``,
+    vLLM's API server labels it with its whole ``CacheConfig``: its own
+    command line's engine settings (``gpu_memory_utilization``,
     ``cache_dtype``, ...), some rewritten for the host by vLLM's platform
-    code, and what it patches in from the engines' ready responses
-    (``core_client._apply_ready_response``). Only the latter reach this
-    frontend; a label it was not told is left out rather than guessed.
-    Another source of labels (engine flags given to the frontend) merges here.
+    code, with what the engines' ready responses say patched in
+    (``core_client._apply_ready_response``). Here a label comes from the
+    engines (their ready responses) or from an engine flag the operator gave
+    this frontend (``flags``: ``RecordedFlags.cache_config()``, ``str()`` of
+    the value as vLLM's ``metrics_info`` writes it); the engines win where
+    both say (they report what they use). A setting neither said is left
+    out, never stated as a default the frontend did not see; so is a flag's
+    ``auto``, which vLLM resolves (from the model, for the host) to a value
+    only the engine knows.
     """
-    return ready_response_labels(ready, num_engines)
+    labels = ready_response_labels(ready, num_engines)
+    return labels | {name: str(value) for name, value in flags.items()
+                     if name not in labels and value != "auto"}
 
 
 def ready_response_labels(ready: "ReadyResponse", num_engines: int) -> dict[str, str]:

@@ -6,6 +6,10 @@ in .ci/run), so there a missing dependency is a broken setup, and a skip would
 hide the tests it turns off. Every test that can skip for a missing
 dependency, tool or platform feature goes through ``missing``.
 
+An optional test that needs a large download (``require_opt_in``) runs only
+when asked by its environment variable, named in the skip: not asked is a
+choice, not a missing dependency; asked, what it needs must be there.
+
 From the model's output (a token that does not repeat, a stop string that
 first occurs where the test wants it): ``first_input`` picks an input whose
 output has it, and fails when none has, instead of skipping on a model or
@@ -63,6 +67,12 @@ def require_tool(name: str, install: str) -> str:
 def require_vllm() -> None:
     """vLLM in this environment (looked up, not imported: that costs seconds)."""
     require(importlib.util.find_spec("vllm") is not None, VLLM_SETUP)
+
+
+def require_opt_in(variable: str, what: str) -> None:
+    """Run only with ``variable=1`` (in CI too: ``what`` says why it is optional)."""
+    if os.environ.get(variable) != "1":
+        pytest.skip(f"optional, run with {variable}=1: {what}")
 
 
 def require_linux(why: str) -> None:
