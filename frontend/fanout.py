@@ -32,6 +32,7 @@ from frontend.routing import Router
 from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
 from protocol import wire
 from protocol.lora import LoRARequest
+from protocol.pooling import PoolingParams
 from protocol.sampling import ModelLimits, SamplingParams
 
 if TYPE_CHECKING:
@@ -122,17 +123,17 @@ class Delta:
 
 
 class Choice:
-    """One engine request: a (prompt, sample) pair of a client request."""
+    """One engine request: a (prompt, sample) pair of a client request, or a pooling input."""
 
     __slots__ = ("group", "index", "prompt_index", "engine_id", "engine_index",
                  "prompt_token_ids", "params", "detok", "logprobs", "finish_reason",
                  "stop_reason", "finished", "num_cached_tokens", "num_dropped",
                  "weight_version", "weight_starts", "sent_tokens", "open_delta", "parser",
-                 "lean")
+                 "lean", "pooled")
 
     def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
-                 prompt_token_ids: list[int], params: SamplingParams,
-                 detok: IncrementalDetokenizer, logprobs: LogprobsState | None) -> None:
+                 prompt_token_ids: list[int], params: SamplingParams | PoolingParams,
+                 detok: IncrementalDetokenizer | None, logprobs: LogprobsState | None) -> None:
         self.group = group
         self.index = index
         self.prompt_index = prompt_index
@@ -164,10 +165,11 @@ class Choice:
         # Streamed, plain text, no logprobs, every step due, no parser: most
         # steps take the table's lean path (set by add_choice).
         self.lean = False
+        self.pooled = None  # a pooling input's result: the engine's tensor (NDArray)
 
     @property
     def token_ids(self) -> list[int]:
-        return self.detok.token_ids
+        return self.detok.token_ids if self.detok is not None else []
 
     def weight_spans(self) -> list[dict] | None:
         """``[{"version", "start", "end"}]``: which weights produced which positions."""
@@ -317,8 +319,9 @@ class Table:
         arrival = time.time()
         frames = [
             wire.encode_add(wire.EngineCoreRequest(
-                c.engine_id, c.prompt_token_ids, None, c.params, None, arrival, group.lora,
-                cache_salt, None, client_index=self.client_index, priority=priority,
+                c.engine_id, c.prompt_token_ids, None,  # sampling or pooling params:
+                *((c.params, None) if c.detok is not None else (None, c.params)), arrival,
+                group.lora, cache_salt, None, client_index=self.client_index, priority=priority,
                 trace_headers=group.trace_headers,
                 external_req_id=group.request_id, reasoning_ended=reasoning_ended,
                 reasoning_parser_kwargs=reasoning_parser_kwargs), limits)
@@ -414,16 +417,17 @@ class Table:
                weight_version: str | None) -> None:
         group = choice.group
         finish = out.finish_reason
-        if finish == FINISH_ERROR:
-            choice.finished = True  # the engine has freed it: never abort it
-            choice.finish_reason = FINISH_NAMES[finish]
-            self._drop(choice)
-            if self.observer:
-                self.observer.on_choice_finished(choice)
+        if finish == FINISH_ERROR:  # the engine has freed it: never abort it
+            self._finish(choice, finish, None)
             self._fail_group(group, internal_error())
             return
         if out.prefill_stats:  # the first output of a request
             choice.num_cached_tokens = out.prefill_stats.get("num_cached_tokens", 0)
+        if choice.detok is None:  # pooling (detok None): one output, with the tensor
+            choice.pooled = out.pooling_output
+            if finish is not None:
+                self._finish(choice, finish, out.stop_reason)
+            return
         new_ids = out.new_token_ids
         stop_reason = out.stop_reason
         num_prev = len(choice.detok.token_ids)
@@ -443,13 +447,7 @@ class Table:
             new_positions = self._apply_logprobs(choice.logprobs, out, len(new_ids))
         finished = finish is not None
         if finished:
-            choice.finished = True
-            choice.finish_reason = FINISH_NAMES[finish]
-            choice.stop_reason = stop_reason
-            self._drop(choice)
-            group.num_unfinished -= 1
-            if self.observer:
-                self.observer.on_choice_finished(choice)
+            self._finish(choice, finish, stop_reason)
         if group.stream:
             text = choice.detok.next_text(finished)
             if text or new_ids or finished:
@@ -459,6 +457,15 @@ class Table:
                 except Exception:  # a parser bug must not stop the engine reader
                     log.exception("streaming %s failed", group.request_id)
                     self._fail_group(group, internal_error())
+
+    def _finish(self, choice: Choice, finish: int, stop_reason: int | str | None) -> None:
+        choice.finished = True
+        choice.finish_reason = FINISH_NAMES[finish]
+        choice.stop_reason = stop_reason
+        self._drop(choice)
+        choice.group.num_unfinished -= 1
+        if self.observer:
+            self.observer.on_choice_finished(choice)
 
     @staticmethod
     def _stream_step(choice: Choice, text: str, new_ids: list[int],

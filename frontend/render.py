@@ -41,6 +41,9 @@ class Renderer:
     def __init__(self, model: "ModelInfo") -> None:
         self.model = model
         self.max_model_len = 0  # set when an engine is attached (it reports it)
+        # Where truncation cuts without an explicit side: vLLM loads the
+        # tokenizer with "left" for generative models, "right" for pooling ones.
+        self.truncation_side = "left"
         self.template = chat_template.build(model)
         if self.template is None:
             log.warning("the model has no chat template: /v1/chat/completions will answer "
@@ -53,18 +56,19 @@ class Renderer:
     async def render_prompts(self, prompts: list[str | list[int]], *,
                              add_special_tokens: bool = True,
                              truncate: int | None = None,
-                             truncation_side: str | None = None,
-                             detokenize: bool = False) -> list[tuple[list[int], str | None]]:
+                             truncation_side: str | None = None, detokenize: bool = False,
+                             max_output_tokens: int = 1) -> list[tuple[list[int], str | None]]:
         """``[(token_ids, prompt text)]``, all validated, as vLLM's renderer does it.
 
         The text of a token prompt is None, or with ``detokenize`` (echo) its
         decoding, taken before truncation as vLLM does. ``truncate``
-        (``truncate_prompt_tokens``, -1: the context less one) keeps that many
-        tokens (see :meth:`encode`).
+        (``truncate_prompt_tokens``, -1: the context less one, the whole
+        context for pooling, ``max_output_tokens=0``) keeps that many tokens
+        (see :meth:`encode`).
         """
         self._check_truncate(truncate)
         keep = None if truncate is None else (
-            self.max_model_len - 1 if truncate == -1 else truncate)
+            self.max_model_len - min(max_output_tokens, 1) if truncate == -1 else truncate)
         texts = [self._check_text_length(p, truncate, truncation_side)
                  for p in prompts if isinstance(p, str)]
         encoded = iter(await self._off_loop(
@@ -77,7 +81,7 @@ class Renderer:
                 ids, text = next(encoded), prompt
             else:
                 text = self.model.decode(prompt) if detokenize else None
-                ids = _slice(prompt, keep, truncation_side)
+                ids = _slice(prompt, keep, truncation_side or self.truncation_side)
             self.check_tokens(ids)
             rendered.append((ids, text))
         return rendered
@@ -154,9 +158,9 @@ class Renderer:
                side: str | None = None) -> list[int]:
         """Tokenize, truncated like vLLM when ``keep`` is set.
 
-        Without an explicit side vLLM lets the tokenizer truncate (loaded with
-        ``truncation_side="left"`` for generative models, special tokens
-        kept); with one it slices the full token list.
+        Without an explicit side vLLM lets the tokenizer truncate (on its
+        ``truncation_side``, special tokens kept); with one it slices the full
+        token list.
         """
         model = self.model
         if keep is None:
@@ -172,10 +176,10 @@ class Renderer:
                        if add_special_tokens and processor is not None else 0)
         text_tokens = max(keep - num_special, 0)
         if len(encoding.ids) > text_tokens:
-            encoding.truncate(text_tokens, direction="left")
+            encoding.truncate(text_tokens, direction=self.truncation_side)
         if add_special_tokens:
             encoding = tokenizer.post_process(encoding, None, True)
-        return encoding.ids[-keep:]
+        return _slice(encoding.ids, keep, self.truncation_side)
 
     async def encode_for_tokenize(self, text: str, add_special_tokens: bool) -> list[int]:
         """``/tokenize``'s text form: no length limit."""

@@ -37,6 +37,8 @@ from frontend.ops.stats_recorder import StatsRecorder, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
 from frontend.ops.vllm_flags import RecordedFlags
 from frontend.parsers import ChatParsers
+from frontend.pooling.model import engine_tasks
+from frontend.pooling.routes import pooling_routes
 from frontend.render import Renderer
 from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
@@ -119,6 +121,7 @@ class Server:
         self._limits: ModelLimits | None = None
         self._stopped = asyncio.Event()
         self._lora_restore: asyncio.Task | None = None
+        self.pooling = None  # what the engine's tasks serve (frontend/pooling/model.py)
 
     # ------------------------------------------------------------ engine events
     def _on_outputs(self, batch: list) -> None:
@@ -153,7 +156,10 @@ class Server:
 
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
-        routes = [*openai_routes(self.state), Route("GET", "/metrics", self.metrics.handle)]
+        pooling = self.pooling
+        routes = [*openai_routes(self.state, generation=pooling is None or pooling.generates),
+                  *(pooling_routes(self.state, pooling) if pooling is not None else ()),
+                  Route("GET", "/metrics", self.metrics.handle)]
         return [*routes, openapi.route(routes)]
 
     def make_app(self) -> web.Application:
@@ -199,6 +205,7 @@ class Server:
         await self.engine.start(timeout=self.config.engine_ready_timeout,
                                 progress=self.notifier.status)
         await self._start_lora()
+        self.pooling = await engine_tasks(self.state)
         engine_ready_at, engine_ready_cpu = time.monotonic(), time.process_time()
         self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
                                     access_log=None, **listeners.runner_kwargs(self.config.ops))

@@ -2,6 +2,7 @@
 
 from protocol.errors import EngineVersionError, ProtocolError, ValidationError
 from protocol.handshake import ReadyResponse, check_engine_version
+from protocol.pooling import PoolingParams
 from protocol.sampling import ModelLimits, OutputKind, SamplingParams
 from protocol.wire import (
     ENGINE_CORE_DEAD,
@@ -20,7 +21,7 @@ from protocol.wire import (
 __all__ = [
     "ENGINE_CORE_DEAD", "EngineCoreOutput", "EngineCoreOutputs", "EngineCoreRequest",
     "EngineDeadError", "EngineVersionError", "FinishReason", "ModelLimits", "OutputKind",
-    "ProtocolError", "ReadyResponse", "RequestType", "SamplingParams", "ValidationError",
+    "PoolingParams", "ProtocolError", "ReadyResponse", "RequestType", "SamplingParams", "ValidationError",
     "check_engine_version", "decode_outputs", "encode_abort", "encode_add",
     "encode_utility",
 ]

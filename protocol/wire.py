@@ -18,6 +18,8 @@ from protocol.arrays import NDArray, ext_hook
 from protocol.errors import ProtocolError, UtilityCallError, ValidationError
 from protocol.lora import LoRARequest
 from protocol.lora import check as check_lora
+from protocol.pooling import PoolingParams
+from protocol.pooling import check as check_pooling
 from protocol.sampling import ModelLimits, SamplingParams, check
 
 ENGINE_CORE_DEAD = b"ENGINE_CORE_DEAD"
@@ -51,7 +53,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, gc=False):
     prompt_token_ids: list[int] | None
     mm_features: Any
     sampling_params: SamplingParams | None
-    pooling_params: Any
+    pooling_params: PoolingParams | None
     arrival_time: float
     lora_request: LoRARequest | None
     cache_salt: str | None
@@ -96,7 +98,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, gc=False):
     new_token_ids: list[int]
     new_logprobs: LogprobsLists | None = None
     new_prompt_logprobs_tensors: LogprobsTensors | None = None
-    pooling_output: Any = None
+    pooling_output: NDArray | None = None
     finish_reason: int | None = None
     stop_reason: int | str | None = None
     events: Any = None
@@ -238,11 +240,13 @@ _outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs, ext_hook=ext_hook)
 _step_decoder = msgspec.msgpack.Decoder(StepOutputs, ext_hook=ext_hook)
 
 
-def check_prompt(prompt_token_ids: Sequence[int], limits: ModelLimits) -> None:
+def check_prompt(prompt_token_ids: Sequence[int], limits: ModelLimits,
+                 *, pooling: bool = False) -> None:
     """The prompt checks the engine does not do (a bad prompt crashes it).
 
     Messages are vLLM's: the renderer's for a prompt longer than the context,
-    the input processor's for an empty one or one that leaves no room for output,
+    the input processor's for an empty one or one that leaves no room for output
+    (a pooling request generates nothing: it may fill the context),
     ``validate_token_ids``'s (lowest negative id, else highest id) for vocab.
     """
     n = len(prompt_token_ids)
@@ -255,7 +259,7 @@ def check_prompt(prompt_token_ids: Sequence[int], limits: ModelLimits) -> None:
             f"However, your prompt contains {n} input tokens, which exceeds this limit "
             "even without any output tokens. Please reduce the length of the input "
             "prompt.", parameter="input_tokens", value=n)
-    if n == max_len:
+    if n == max_len and not pooling:
         raise ValidationError(
             f"The decoder prompt (length {n}) plus the number of requested output "
             f"tokens (at least 1) is longer than the maximum model length of {max_len}. "
@@ -274,16 +278,21 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
     Raises ValidationError instead of producing bytes the engine would die on.
     """
     params = request.sampling_params
-    if params is None:
-        raise ValidationError("sampling_params are required for generation")
-    if params.max_tokens is None:
+    pooling = request.pooling_params
+    if (params is None) == (pooling is None):
+        raise ValidationError("an engine request has either sampling_params (generation) "
+                              "or pooling_params (pooling)")
+    if params is not None and params.max_tokens is None:
         raise ValidationError("max_tokens must be set before sending to the engine")
     if not 0 <= request.client_index < limits.num_clients:
         raise ValidationError(f"client_index must name one of the engine's "
                               f"{limits.num_clients} output sockets")
     try:
-        check_prompt(request.prompt_token_ids or (), limits)
-        check(params, limits)
+        check_prompt(request.prompt_token_ids or (), limits, pooling=pooling is not None)
+        if pooling is not None:
+            check_pooling(pooling)
+        else:
+            check(params, limits)
         if request.lora_request is not None:
             check_lora(request.lora_request)
     except TypeError as e:  # a value of the wrong type, e.g. a str temperature
@@ -351,6 +360,9 @@ def _resolve_aux_frames(outs: EngineCoreOutputs, frames: Sequence[Any]) -> None:
             for arr in (group.token_ids, group.logprobs, group.ranks):
                 if isinstance(arr.data, int):
                     arr.data = bytes(arr.buffer(frames))
+        pooled = out.pooling_output
+        if pooled is not None and isinstance(pooled.data, int):
+            pooled.data = bytes(pooled.buffer(frames))
 
 
 def utility_value(out: UtilityOutput) -> Any:

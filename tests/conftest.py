@@ -19,11 +19,13 @@ pytest_plugins = [
     "tests.support.stacks",
     "tests.support.vllm_frontend",
     "tests.support.ops",
+    "tests.support.pooling",
 ]
 
 
 # Session fixtures that start real engines shared by many modules.
-SESSION_ENGINE_FIXTURES = frozenset({"real_stack", "vllm_frontend"})
+SESSION_ENGINE_FIXTURES = frozenset({"real_stack", "vllm_frontend", "embed_servers",
+                                     "cross_encoder_servers"})
 SESSION_GROUP = "session-engines"
 # Where workers tell the controller which modules use those fixtures.
 GROUPS_FILE_ENV = "TESTS_SESSION_MODULES_FILE"

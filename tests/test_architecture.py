@@ -34,6 +34,7 @@ LAYERS = [
      "frontend.lora"),
     ("frontend.state",),
     ("frontend.openai",),
+    ("frontend.pooling",),
     ("frontend.ops",),
     ("frontend.supervisor", "frontend.server"),
     ("frontend.cli",),

@@ -158,6 +158,24 @@ def test_metrics_equal_vllm_after_the_same_workload(vllm_frontend, frontend):
         sides[name] = (before, wait_idle(url))
     (v_before, theirs), (o_before, ours) = sides["vllm"], sides["ours"]
 
+    problems = differences(o_before, ours, v_before, theirs)
+    assert not problems, "\n".join(problems)
+
+    # The workload reached the rules it is meant to cover.
+    def ours_added(name: str, **labels: str) -> float:
+        want = set(labels.items())
+        return sum(v for lbl, v in added(o_before.get(name), ours[name], "_total").items()
+                   if want <= lbl)
+
+    assert ours_added("vllm:request_success") == 13  # engine requests
+    assert ours_added("vllm:request_success", finished_reason="stop") == 2  # EOS, stop string
+    assert ours_added("vllm:prefix_cache_hits") >= 256
+
+
+def differences(o_before: dict[str, Family], ours: dict[str, Family],
+                v_before: dict[str, Family], theirs: dict[str, Family]) -> list[str]:
+    """Where our /metrics and vLLM's differ, after the same workload (the rules
+    of the module docstring)."""
     assert sorted(ours) == sorted(theirs)
     problems = []
     for name, t in theirs.items():
@@ -183,17 +201,7 @@ def test_metrics_equal_vllm_after_the_same_workload(vllm_frontend, frontend):
                 problems.append(f"{name}: ours observed {o_added}, vLLM's {t_added}")
         elif t.samples != o.samples:  # gauges, at idle
             problems.append(f"{name}: ours {o.samples}, vLLM's {t.samples}")
-    assert not problems, "\n".join(problems)
-
-    # The workload reached the rules it is meant to cover.
-    def ours_added(name: str, **labels: str) -> float:
-        want = set(labels.items())
-        return sum(v for lbl, v in added(o_before.get(name), ours[name], "_total").items()
-                   if want <= lbl)
-
-    assert ours_added("vllm:request_success") == 13  # engine requests
-    assert ours_added("vllm:request_success", finished_reason="stop") == 2  # EOS, stop string
-    assert ours_added("vllm:prefix_cache_hits") >= 256
+    return problems
 
 
 # Engine cache flags, as in a copied `vllm serve` line; none is vLLM's default,

@@ -14,6 +14,7 @@ One module per job:
 * ``logprobs``: sample and prompt logprobs arrays;
 * ``prefix_cache``: block hashing, hits and ``PrefixCacheStats``;
 * ``utilities``: the UTILITY methods (pause, sleep, reset_prefix_cache, ...);
+* ``pooling``: pooling models (``--runner pooling``): tasks and pooled outputs;
 * ``loras``: LoRA adapters (``--enable-lora``): add_lora and ADDs naming one;
 * ``control``: the control socket: counters, faults, settings, scripts;
 * ``facts``: vocabulary and special ids from a model directory;

@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--script", type=Path,
                    help="JSON file: a list of script entries (engine_core/mock/scripts.py)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--runner", choices=("generate", "pooling"), default="generate",
+                   help="pooling: serve pooling requests (vLLM's flag)")
+    p.add_argument("--convert", choices=("embed", "classify"), default="embed",
+                   help="with --runner pooling: the model's pooling task (vLLM's flag)")
     p.add_argument("--enable-lora", action="store_true",
                    help="serve LoRA adapters (add_lora; ADDs that name one)")
     p.add_argument("--max-loras", type=int, default=1,

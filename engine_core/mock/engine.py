@@ -20,7 +20,8 @@ frontend never triggers them:
 * what passes decoding but breaks the busy loop (a duplicate live id, a
   prompt that is empty, out of vocabulary or not shorter than max_model_len,
   out-of-vocabulary ``allowed_token_ids``/``logit_bias``/bad words, a pooling
-  request) sends ``ENGINE_CORE_DEAD`` and exits 1. The real engine is known to
+  request to a generative model or one of a task it lacks, a generation request
+  to a pooling model) sends ``ENGINE_CORE_DEAD`` and exits 1. The real engine is known to
   die on some of these and suspected to on the rest; the mock is strict;
 * a ``client_index`` without an output socket kills the output thread, as
   vLLM's IndexError does: nothing is sent any more.
@@ -45,13 +46,14 @@ from engine_core.mock.counters import Counters
 from engine_core.mock.errors import EngineDead, InputPoisoned, SilentExit, StartupError
 from engine_core.mock.facts import ModelFacts
 from engine_core.mock.loras import Loras
+from engine_core.mock.pooling import MockPooler
 from engine_core.mock.requests import Request, Settings
 from engine_core.mock.scheduler import Scheduler
 from engine_core.mock.scripts import Scripts
 from engine_core.mock.utilities import Pending, Utilities
 from protocol import handshake
 from protocol.errors import ValidationError
-from protocol.sampling import check, normalize
+from protocol.sampling import SamplingParams, check, normalize
 from protocol.wire import (
     ENGINE_CORE_DEAD,
     FINISH_REASON_NAMES,
@@ -114,10 +116,14 @@ class MockEngine:
         self.settings = Settings(args.step_time, args.tokens_per_step, args.eos_rate)
         self.block_size = args.block_size
         self.num_blocks = max(1, -(-args.max_num_seqs * args.max_model_len // args.block_size))
+        self.pooler = MockPooler(args.convert, args.model) \
+            if getattr(args, "runner", "generate") == "pooling" else None
         self.sched = Scheduler(facts, self.settings, max_model_len=args.max_model_len,
                                max_num_seqs=args.max_num_seqs, block_size=self.block_size,
-                               num_blocks=self.num_blocks, seed=args.seed)
+                               num_blocks=self.num_blocks, seed=args.seed, pooler=self.pooler)
         self.utils = Utilities(self.sched, self.abort_in_flight)
+        if self.pooler is not None:
+            self.utils.methods["get_supported_tasks"] = lambda: self.pooler.tasks
         self.loras = Loras(args.enable_lora, args.max_loras, args.max_lora_rank,
                            args.max_cpu_loras)
         self.utils.methods.update(add_lora=self.loras.add_lora,
@@ -398,7 +404,12 @@ class MockEngine:
         by_client = self.counters.adds_by_client
         by_client[req.client_index] = by_client.get(req.client_index, 0) + 1
         if params is None and req.pooling_params is not None:
-            raise EngineDead("ValueError: Unsupported task: this model only generates")
+            if self.pooler is None:
+                raise EngineDead("ValueError: Unsupported task: this model only generates")
+            self.pooler.check(req.request_id, req.pooling_params)
+            params = SamplingParams(max_tokens=1)  # the request generates nothing
+        elif params is not None and self.pooler is not None:
+            raise EngineDead("ValueError: This model does not support generation")
         if params is None or params.max_tokens is None or req.prompt_token_ids is None:
             # preprocess_add_request fails: a request-scoped ERROR, not a crash.
             logger.error("Unexpected error pre-processing request %s", req.request_id)

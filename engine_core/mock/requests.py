@@ -70,7 +70,7 @@ class Request:
         "avoid", "extra_avoid", "eos_choices", "forced_stop", "allowed", "pattern",
         "repetition", "out_ids", "logprobs", "prompt_logprobs", "plain", "skip_cache",
         "cache_salt", "events", "num_out", "first", "cached", "block_hashes",
-        "script", "script_pos", "script_eos", "masked_early",
+        "script", "script_pos", "script_eos", "masked_early", "pooling",
     )
 
     def __init__(self, req: EngineCoreRequest, params: SamplingParams, facts: ModelFacts,
@@ -81,6 +81,7 @@ class Request:
         self.prompt = req.prompt_token_ids or []
         self.prompt_len = len(self.prompt)
         self.params = params
+        self.pooling = req.pooling_params  # a pooling request: one output, the tensor
         self.greedy = params.temperature < SAMPLING_EPS
         lora = req.lora_request
         self.key = self._stream_key(params, seed) ^ (
@@ -124,7 +125,7 @@ class Request:
                 | ({self.eos_id} if self.eos_id is not None else set())
         # Plain requests take the fast path: table tokens, only a length stop.
         self.plain = not (self.logprobs is not None or self.forced_stop or self.pattern
-                          or self.allowed or self.extra_avoid or script)
+                          or self.allowed or self.extra_avoid or script or self.pooling)
         # vLLM's __post_init__ turns prompt logprobs into "skip reading the cache".
         self.skip_cache = bool(params.skip_reading_prefix_cache) \
             or params.prompt_logprobs is not None

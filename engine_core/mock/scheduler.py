@@ -14,6 +14,7 @@ from typing import Any
 from engine_core.mock.errors import EngineDead
 from engine_core.mock.facts import ModelFacts
 from engine_core.mock.logprobs import prompt_logprobs, sample_logprobs
+from engine_core.mock.pooling import MockPooler
 from engine_core.mock.prefix_cache import PrefixCache
 from engine_core.mock.requests import Request, Settings, TokenModel
 from protocol.wire import EngineCoreOutput, FinishReason
@@ -27,8 +28,10 @@ class PauseState:
 
 class Scheduler:
     def __init__(self, facts: ModelFacts, settings: Settings, *, max_model_len: int,
-                 max_num_seqs: int, block_size: int, num_blocks: int, seed: int) -> None:
+                 max_num_seqs: int, block_size: int, num_blocks: int, seed: int,
+                 pooler: MockPooler | None = None) -> None:
         self.facts = facts
+        self.pooler = pooler
         self.settings = settings
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
@@ -161,7 +164,7 @@ class Scheduler:
         n = r.prompt_len
         if n == 0:
             raise EngineDead(f"request {r.id}: empty prompt")
-        if n >= self.max_model_len:
+        if n > self.max_model_len or (n == self.max_model_len and r.pooling is None):
             raise EngineDead(
                 f"ValueError: could not broadcast input array from shape ({n},) into "
                 f"shape ({self.max_model_len},) (request {r.id})")
@@ -173,8 +176,14 @@ class Scheduler:
 
     def _advance(self, r: Request, aux: list[bytes]) -> EngineCoreOutput:
         """Any request: stop rules, logprobs, and what the first output carries."""
-        tokens, finish, stop_reason = self.model.advance(r)
-        out = EngineCoreOutput(r.id, tokens, finish_reason=finish, stop_reason=stop_reason)
+        if r.pooling is not None:  # pooled at once: no tokens, the tensor, STOP
+            tokens = []
+            out = EngineCoreOutput(r.id, tokens, finish_reason=FinishReason.STOP,
+                                   pooling_output=self.pooler.output(r.prompt, r.pooling, aux))
+        else:
+            tokens, finish, stop_reason = self.model.advance(r)
+            out = EngineCoreOutput(r.id, tokens, finish_reason=finish,
+                                   stop_reason=stop_reason)
         vocab = self.facts.vocab_size
         if r.logprobs is not None:
             out.new_logprobs = sample_logprobs(r, tokens, vocab, aux)

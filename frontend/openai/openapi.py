@@ -103,11 +103,15 @@ def describe(routes: list[Route]) -> dict[str, Any]:
     bodies = [r.body for r in routes if r.body is not None]
     refs, components = msgspec.json.schema_components(bodies, ref_template=REF)
     for (struct, field), shape in FIELD_SHAPES.items():
+        if struct not in components:  # a pooling model has no generation routes
+            continue
         properties = components[struct]["properties"]
         default = properties[field].get("default", msgspec.UNSET)
         properties[field] = shape if default is msgspec.UNSET else {**shape,
                                                                       "default": default}
     for struct, fields in REQUIRED.items():
+        if struct not in components:
+            continue
         components[struct]["required"] = sorted({*components[struct]["required"], *fields})
     components["ErrorResponse"] = ERROR_RESPONSE
     ref_of = {body: ref for body, ref in zip(bodies, refs)}

@@ -31,17 +31,22 @@ class Route:
     body: type | None = None
 
 
-def openai_routes(state: AppState) -> list[Route]:
+def openai_routes(state: AppState, generation: bool = True) -> list[Route]:
+    """The generation routes (unless the engine does not generate: a pooling
+    model, whose routes frontend/pooling adds) and those of every model."""
     def bind(handler) -> Handler:
         return functools.partial(handler, state)
 
-    routes = [
-        Route("POST", "/v1/completions", bind(completions.create_completion),
-              completions.count_choices, completions.CompletionRequest),
-        Route("POST", "/v1/chat/completions", bind(chat.create_chat_completion),
-              chat.count_choices, chat.ChatCompletionRequest),
-        Route("POST", "/inference/v1/generate", bind(generate.create_generate),
-              generate.count_choices, generate.GenerateRequest),
+    routes = []
+    if generation:
+        routes += [
+            Route("POST", "/v1/completions", bind(completions.create_completion),
+                  completions.count_choices, completions.CompletionRequest),
+            Route("POST", "/v1/chat/completions", bind(chat.create_chat_completion),
+                  chat.count_choices, chat.ChatCompletionRequest),
+            Route("POST", "/inference/v1/generate", bind(generate.create_generate),
+                  generate.count_choices, generate.GenerateRequest)]
+    routes += [
         Route("GET", "/v1/models", bind(misc.list_models)),
         Route("GET", "/health", bind(misc.health)),
         Route("GET", "/version", bind(misc.version)),
