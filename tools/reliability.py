@@ -25,108 +25,38 @@ import sys
 import time
 
 from harness import procs
+from tools import prose
 
 DOCS = procs.REPO_ROOT / "docs"
 PIECES = DOCS / "reliability"
 PAGE = DOCS / "reliability.md"
 
-# name -> (module, arguments, what was done)
-RUNS: dict[str, tuple[str, list[str], str]] = {
+# name -> (module, arguments); what each run does: docs/prose/reliability-runs.md
+RUNS: dict[str, tuple[str, list[str]]] = {
     "soak-mock": ("tools.soak", ["--engine", "mock", "--requests", "10000",
-                                 "--concurrency", "32", "--seed", "1"],
-                  "Mixed traffic (completions with batch prompts, chat, generate; streamed "
-                  "or not; n up to 4; stop strings, logprobs, token ids) with 30 % of the "
-                  "clients leaving at a random moment, against the mock engine (2 ms "
-                  "steps). Every answer read to the end is checked; afterwards nothing is "
-                  "left in flight and the frontend's RSS is compared with the one after "
-                  "the warm-up."),
+                                 "--concurrency", "32", "--seed", "1"]),
     "soak-real": ("tools.soak", ["--engine", "real", "--requests", "2000",
-                                 "--concurrency", "8", "--max-tokens", "16", "--seed", "2"],
-                  "The same mix against a real vLLM 0.32 EngineCore on the CPU (tiny "
-                  "model), up to 16 tokens a request."),
+                                 "--concurrency", "8", "--max-tokens", "16", "--seed", "2"]),
     "chaos-engine-kill": ("tools.chaos", ["engine-kill", "--engine", "real",
-                                          "--streams", "64"],
-                          "64 streaming completions (up to 1000 tokens each) run against a "
-                          "real engine; once each has its first event, the engine core "
-                          "process (`VLLM::EngineCore`) gets SIGKILL. Then a new "
-                          "`engine-core` starts on the same `--frontend-addr`, as systemd "
-                          "would (`Restart=always`), and a client retries a completion "
-                          "every 10 ms until it gets a 200."),
+                                          "--streams", "64"]),
     "chaos-frontend-kill": ("tools.chaos", ["frontend-kill", "--engine", "real",
-                                            "--streams", "64"],
-                            "64 streaming completions (up to 1000 tokens) run against a "
-                            "real engine; the frontend gets SIGKILL and a new frontend "
-                            "starts at once on the same HTTP port, engine addresses and "
-                            "`--engine-state-file`."),
+                                            "--streams", "64"]),
     "chaos-engine-stall": ("tools.chaos", ["engine-stall", "--engine", "real",
-                                           "--streams", "16"],
-                           "16 streams run against a real engine; the engine core gets "
-                           "SIGSTOP, and SIGCONT later. The frontend runs with "
-                           "`--engine-stall-timeout 2` (default 60 s): the stall must turn "
-                           "/health 503 and end every stream with an error event, and "
-                           "SIGCONT must bring the service back without a restart."),
+                                           "--streams", "16"]),
     "chaos-idle-connections": ("tools.chaos", ["idle-connections", "--idle", "2000",
-                                               "--streams", "500"],
-                               "The frontend (`--timeout-keep-alive 3600`) on the mock engine "
-                               "(10 ms steps): 500 streams (32 tokens) alone, then 2,000 "
-                               "idle keep-alive connections (each served one GET /health) "
-                               "plus the same 500 streams of which 50 clients never read; "
-                               "the two alternate three times and the medians are "
-                               "compared. TTFT is timed from a request's last byte on an "
-                               "open connection to its first event."),
-    "fuzz-mock": ("tools.fuzz", ["--engine", "mock", "--requests", "20000"],
-                  "Schemathesis generates requests from the frontend's own /openapi.json "
-                  "for every route: each POST route gets the same number, half fitting "
-                  "the schema and half breaking it (wrong types, missing fields, bodies "
-                  "that are not JSON), each GET route 10. Against the mock engine (0 s "
-                  "steps) because the frontend is what is fuzzed and the mock speaks the "
-                  "same protocol: 20,000 requests take minutes instead of hours."),
+                                               "--streams", "500"]),
+    "fuzz-mock": ("tools.fuzz", ["--engine", "mock", "--requests", "20000"]),
     "fuzz-real": ("tools.fuzz", ["--engine", "real", "--requests", "500",
-                                 "--max-tokens-cap", "16"],
-                  "The same against a real engine, smaller, with at most 16 tokens a "
-                  "request: the engine must be alive and idle afterwards (an invalid "
-                  "request that reached it would have killed its input thread)."),
+                                 "--max-tokens-cap", "16"]),
 }
 SECTIONS = [("Soak", ["soak-mock", "soak-real"]),
             ("Chaos", ["chaos-engine-kill", "chaos-frontend-kill", "chaos-engine-stall",
                        "chaos-idle-connections"]),
             ("Fuzzing", ["fuzz-mock", "fuzz-real"])]
-INTRO = """# Reliability
-
-Soak, chaos and fuzzing runs of this frontend, each a table: the command,
-what was done, what was checked and the figures. Regenerate the page with
-
-```bash
-.venv/bin/python -m tools.reliability            # every run (about 90 minutes on 2 cores)
-.venv/bin/python -m tools.reliability --only chaos-engine-kill   # one run, page reassembled
-```
-
-Each run starts its own engine (`engine-core --mock`, or a real vLLM 0.32
-EngineCore on the CPU with the tiny test model) and frontend; the JSON
-summaries are next to the sections in `docs/reliability/`. The tests run
-each of these in short form (`tests/test_soak.py`, `tests/test_chaos.py`,
-`tests/test_fuzz.py`).
-"""
-
-FOUND = """## Found and fixed by these runs
-
-* **A restarted frontend left the killed one's requests running** (frontend-kill):
-  the engine queues its outputs while no frontend runs, and the new frontend
-  reads them before its re-attach completes, when an abort cannot be sent
-  yet; it still marked those requests as gone, so it ignored their later
-  outputs and they ran to their end (7.6 s at 100 mock steps/s). Now the
-  next output after the re-attach aborts them (serving → engine idle:
-  0.01 s on the mock). Tests: `tests/test_fanout_orphans.py`,
-  `tests/test_chaos.py::test_frontend_killed_under_load_aborts_the_orphans`.
-* **Beam search was refused with 501** (fuzzing): a 5xx blames the server for
-  a request this frontend does not serve. Now a 400 like every other refused
-  feature (`suffix`, tools, structured outputs). Test:
-  `tests/test_openapi.py::test_beam_search_is_a_400`.
-"""
 
 
 def run_one(name: str) -> bool:
-    module, args, _ = RUNS[name]
+    module, args = RUNS[name]
     PIECES.mkdir(parents=True, exist_ok=True)
     md, js = (str((PIECES / f"{name}.{ext}").relative_to(procs.REPO_ROOT))
               for ext in ("md", "json"))
@@ -161,12 +91,12 @@ def host() -> str:
 
 
 def assemble() -> str:
-    parts = [INTRO, "## Summary\n", summary_table()]
+    parts = [prose.text("reliability-intro"), "## Summary\n", summary_table()]
+    what_was_done = prose.sections("reliability-runs")
     for title, names in SECTIONS:
         parts.append(f"## {title}\n")
         for name in names:
             md, meta_path = PIECES / f"{name}.md", PIECES / f"{name}.meta.json"
-            _, _, what = RUNS[name]
             if not md.exists():
                 parts.append(f"### {name}\n\nNot run yet: `python -m tools.reliability "
                              f"--only {name}`.\n")
@@ -178,9 +108,9 @@ def assemble() -> str:
             stamp = (f"Run {meta['finished']} on code {meta['code']} ({meta['host']}), "
                      f"{meta['seconds']} s, exit status {meta['exit_status']}."
                      if meta else "")
-            parts.append("\n".join([*head, f"What was done: {what}", "", stamp, "", *rest])
-                         + "\n")
-    parts.append(FOUND)
+            what = f"What was done: {what_was_done[name]}"
+            parts.append("\n".join([*head, what, "", stamp, "", *rest]) + "\n")
+    parts.append(prose.text("reliability-found"))
     return "\n".join(parts)
 
 
