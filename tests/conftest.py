@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import pathlib
-import shutil
 import tempfile
-from typing import Iterator
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from harness import models
 
 pytest_plugins = [
     "tests.support.mock_engine",
@@ -82,52 +77,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return ModuleScheduling(config, log)
 
 
-@contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    """One builder at a time across test workers (they share build/)."""
-    (ROOT / "build").mkdir(exist_ok=True)
-    with open(ROOT / "build" / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> pathlib.Path:
-    """The deterministic tiny Llama test model, built once and cached under build/.
-
-    The cache key is the builder's own source, so a changed builder rebuilds.
-    """
-    from tools.make_tiny_model import build
-
-    builder = ROOT / "tools" / "make_tiny_model.py"
-    key = hashlib.sha256(builder.read_bytes()).hexdigest()[:12]
-    target = ROOT / "build" / f"tiny-model-{key}"
-    with _build_lock():
-        if not (target / "model.safetensors").exists():
-            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            build(tmp)
-            shutil.rmtree(target, ignore_errors=True)
-            tmp.rename(target)
-    return target
+    """The deterministic tiny Llama test model, built once and cached under build/."""
+    return models.tiny_model_dir()
 
 
 @pytest.fixture(scope="session")
 def tiny_lora_dirs(tiny_model_dir) -> tuple[pathlib.Path, pathlib.Path]:
     """Two LoRA adapters (r=8, q_proj/v_proj, seeds 1 and 2) for the tiny model,
-    built once under build/ by tools/make_tiny_lora.py (keyed by its source and
-    the model's)."""
-    from tools.make_tiny_lora import build
-
-    builder = ROOT / "tools" / "make_tiny_lora.py"
-    key = hashlib.sha256(builder.read_bytes() + tiny_model_dir.name.encode()).hexdigest()[:12]
-    target = ROOT / "build" / f"tiny-lora-{key}"
-    with _build_lock():
-        if not (target / "b" / "adapter_model.safetensors").exists():
-            tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            build(tiny_model_dir, tmp / "a", seed=1)
-            build(tiny_model_dir, tmp / "b", seed=2)
-            shutil.rmtree(target, ignore_errors=True)
-            tmp.rename(target)
-    return target / "a", target / "b"
+    built once under build/."""
+    return models.tiny_lora_dirs(tiny_model_dir)

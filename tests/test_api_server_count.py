@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import aiohttp
 
-from tests.support.frontend import SERVED_NAME, FrontendProcess
+from harness.frontend import SERVED_NAME, FrontendProcess
+from harness.waits import wait_for
 from tests.support.http_client import RawRequest, post, stream
 from tests.support.ops import run, tls_client_context
-from tests.support.waits import wait_for
 from tests.test_ops_lifecycle import NotifyListener
 
 MODEL = SERVED_NAME

@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support.frontend import SERVED_NAME, FrontendProcess
+from harness.frontend import SERVED_NAME, FrontendProcess
+from harness.waits import wait_for
 from tests.support.http_client import RawRequest, post, stream
 from tests.support.requirements import require_vllm
 from tests.support.stacks import engine_requests
-from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.real_engine
 

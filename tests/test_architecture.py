@@ -1,9 +1,11 @@
 """The layering stays as the README draws it: no import cycles, one composition root.
 
 Static checks over the source (no project module is imported): every import
-statement of ``frontend/``, ``protocol/`` and ``engine_core/``, including those
-under ``if TYPE_CHECKING:`` and inside functions, is an edge of the module
-graph.
+statement of ``frontend/``, ``protocol/``, ``engine_core/`` and ``harness/``,
+including those under ``if TYPE_CHECKING:`` and inside functions, is an edge of
+the module graph. Around the product: ``harness/`` sits below both ``tests/``
+and ``tools/`` and may import only the product; the product imports none of
+the three; the tools never import the tests.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from __future__ import annotations
 import ast
 import functools
 import pathlib
+import re
+import tomllib
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("frontend", "protocol", "engine_core")
+PRODUCT = ("frontend", "protocol", "engine_core")
+PACKAGES = (*PRODUCT, "harness")
 
 # Bottom to top; a module may import only from its own layer or those below.
 LAYERS = [
@@ -228,3 +233,72 @@ def test_protocol_and_frontend_never_import_the_engine_side():
     for name, deps in graph.items():
         if name.startswith(("protocol", "frontend")):
             assert not any(d.startswith("engine_core") for d in deps), (name, deps)
+
+
+def top_level_imports(path: pathlib.Path) -> set[str]:
+    """The top-level packages every absolute import of ``path`` names."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def sources(*folders: str) -> list[pathlib.Path]:
+    return [p for folder in folders for p in sorted((ROOT / folder).rglob("*.py"))]
+
+
+@pytest.mark.parametrize("folders, forbidden", [
+    (PRODUCT, {"harness", "tools", "tests"}),
+    (("harness",), {"tools", "tests"}),
+    (("tools",), {"tests"}),
+], ids=["product", "harness", "tools"])
+def test_imports_around_the_product(folders, forbidden):
+    """The product stands alone; the harness serves both the tests and the tools."""
+    wrong = {str(p.relative_to(ROOT)): sorted(top_level_imports(p) & forbidden)
+             for p in sources(*folders)}
+    assert not {path: names for path, names in wrong.items() if names}
+
+
+def test_top_level_imports_sees_every_form(tmp_path):
+    """Not vacuous: plain, dotted, from- and function-local imports all count."""
+    path = tmp_path / "m.py"
+    path.write_text("import tests.support\nfrom harness.procs import x\n"
+                    "def f():\n    import tools\nfrom . import sibling\n")
+    assert top_level_imports(path) == {"tests", "harness", "tools"}
+
+
+def test_the_harness_is_not_installed():
+    """The wheel holds the product only (pyproject's package list)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert sorted(include) == sorted(f"{name}*" for name in PRODUCT)
+
+
+def edits_sys_path(path: pathlib.Path) -> bool:
+    """A call of ``sys.path.<method>``, or an import waived as not at the top."""
+    text = path.read_text()
+    for node in ast.walk(ast.parse(text, filename=str(path))):
+        if (isinstance(node, ast.Call) and isinstance(func := node.func, ast.Attribute)
+                and isinstance(owner := func.value, ast.Attribute) and owner.attr == "path"
+                and isinstance(owner.value, ast.Name) and owner.value.id == "sys"):
+            return True
+    return re.search(r"#\s*noqa:\s*E402", text) is not None
+
+
+@pytest.mark.parametrize("folder", ["tools", "tests", "harness"])
+def test_run_as_modules_without_path_edits(folder):
+    """Entry points run with ``python -m`` from the checkout: nothing edits sys.path."""
+    assert not [str(p.relative_to(ROOT)) for p in sources(folder) if edits_sys_path(p)]
+
+
+def test_path_edits_are_seen(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("import sys\nsys.path.insert(0, '.')\n")
+    assert edits_sys_path(path)
+    path.write_text("import os\nimport sys  # noqa: " + "E402\n")
+    assert edits_sys_path(path)
+    path.write_text("import sys\nprint(sys.path)\n")
+    assert not edits_sys_path(path)

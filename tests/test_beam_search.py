@@ -22,7 +22,8 @@ import pytest
 
 from frontend.openai import beam_search
 from frontend.openai.beam_search import Beam, BeamParams
-from tests.support.frontend import MockStack
+from harness.frontend import MockStack
+from harness.waits import wait_for
 from tests.support.http_client import (
     MODEL,
     RawRequest,
@@ -32,7 +33,6 @@ from tests.support.http_client import (
     scrape,
     stream,
 )
-from tests.support.waits import wait_for
 
 EOS = 2
 

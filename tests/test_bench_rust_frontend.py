@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from harness import procs
 from tests.support.http_client import client
 from tests.support.requirements import require_opt_in
-from tools.bench import procs, rust_frontend
+from tools.bench import rust_frontend
 
 FAKE_BINARY = b"#!/bin/sh\necho vllm-rs " + rust_frontend.VLLM_VERSION.encode() + b"\n"
 

@@ -13,7 +13,9 @@ from typing import Iterator
 
 import pytest
 
-from tools.bench import procs
+from harness.ports import HOST, free_port
+from harness.procs import REPO_ROOT
+from harness.waits import wait_listening
 from tools.bench.loadgen import Client, Workload, run_point
 from tools.bench.prompts import make_prompts
 
@@ -21,11 +23,11 @@ from tools.bench.prompts import make_prompts
 @contextlib.contextmanager
 def running_trivial_server(*args: str) -> Iterator[int]:
     """tools/bench/trivial_server.py with ``args``, on a free port (yielded)."""
-    port = procs.free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "tools.bench.trivial_server",
-                             "--port", str(port), *args], cwd=procs.REPO_ROOT)
+                             "--port", str(port), *args], cwd=REPO_ROOT)
     try:
-        procs.wait_healthy_tcp(procs.HOST, port, 20)
+        wait_listening(HOST, port, 20)
         yield port
     finally:
         proc.terminate()
@@ -42,7 +44,7 @@ def trivial_server():
 def test_load_generator_counts_tokens_and_latencies(trivial_server, stream):
     import uvloop
 
-    client = Client(procs.HOST, trivial_server, ["hello world"] * 4)
+    client = Client(HOST, trivial_server, ["hello world"] * 4)
     w = Workload("t", 4, stream=stream, max_tokens=16)
     r = uvloop.run(run_point(client, w, 0.5, max_requests=400))
     assert r.errors == 0 and r.bad_token_counts == 0
@@ -125,7 +127,7 @@ def paced_trivial_server():
 def test_paced_trivial_server_writes_one_chunk_per_stream_per_step(paced_trivial_server):
     import uvloop
 
-    client = Client(procs.HOST, paced_trivial_server, ["hello world"] * 4)
+    client = Client(HOST, paced_trivial_server, ["hello world"] * 4)
     w = Workload("t", 8, max_tokens=16)
     r = uvloop.run(run_point(client, w, 0.5, max_requests=200))
     assert r.errors == 0 and r.bad_token_counts == 0 and r.measured > 0

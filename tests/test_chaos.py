@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from frontend.engine_ranks import DISCONNECT_GRACE_S
-from tests.support.real_engine import REPO_ROOT
+from harness.procs import REPO_ROOT
 from tests.support.requirements import require_vllm
 from tools.chaos import Stream
 

@@ -29,11 +29,11 @@ import openai
 import pytest
 
 from frontend import chat_template as ct
-from tests.support.frontend import launch_mock_stack
+from harness.frontend import launch_mock_stack
+from harness.waits import wait_for
 from tests.support.http_client import MODEL, RawRequest, Stream, client, post, stream
 from tests.support.requirements import require_module
 from tests.support.stacks import MOCK_STEP_TIME
-from tests.support.waits import wait_for
 
 MAX_MODEL_LEN = 1024
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import openai
 import pytest
 
+from harness.waits import wait_for
 from tests.support.http_client import (
     MODEL,
     RawRequest,
@@ -30,7 +31,6 @@ from tests.support.http_client import (
     texts_by_index,
 )
 from tests.support.requirements import first_input
-from tests.support.waits import wait_for
 
 MAX_MODEL_LEN = 1024
 FULL_RESPONSE_KEYS = {"id", "object", "created", "model", "choices", "service_tier",

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.frontend import SERVED_NAME, FrontendProcess
+from harness.frontend import SERVED_NAME, FrontendProcess
+from harness.ports import free_port_triple
+from harness.waits import wait_for
 from tests.support.http_client import RawRequest, metric, post, scrape
 from tests.support.mock_ranks import MockRanks
-from tests.support.real_engine import free_port_triple
-from tests.support.waits import wait_for
 
 MODEL = SERVED_NAME
 BLOCK = 16  # the mock ranks' block size

@@ -18,17 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support.frontend import SERVED_NAME, FrontendProcess
+from harness.engines import MODEL_ARGS, RealEngine, real_engine_command
+from harness.frontend import SERVED_NAME, FrontendProcess
+from harness.ports import HOST, free_port_triple
+from harness.waits import wait_for
 from tests.support.http_client import RawRequest, post
-from tests.support.real_engine import (
-    BIN_DIR,
-    HOST,
-    MODEL_ARGS,
-    RealEngine,
-    free_port_triple,
-)
 from tests.support.requirements import require_vllm
-from tests.support.waits import wait_for
 from tests.test_parity_completions import SHAPES, assert_same, send
 
 pytestmark = pytest.mark.real_engine
@@ -47,13 +42,12 @@ class Ranks:
 
     def start(self, rank: int) -> RealEngine:
         self.starts += 1
-        command = [str(BIN_DIR / "engine-core"), "--model", str(self.model_dir),
-                   "--frontend-addr", self.addr, *MODEL_ARGS,
-                   "--data-parallel-size", "2", "--data-parallel-size-local", "1",
-                   "--data-parallel-start-rank", str(rank)]
+        command = real_engine_command(self.model_dir, self.addr, *MODEL_ARGS,
+                                      "--data-parallel-size", "2",
+                                      "--data-parallel-size-local", "1",
+                                      "--data-parallel-start-rank", str(rank))
         engine = self.engines[rank] = RealEngine(
-            command, self.addr, self.workdir / f"rank{rank}-{self.starts}.log",
-            dict(os.environ))
+            command, self.addr, self.workdir / f"rank{rank}-{self.starts}.log")
         return engine
 
     def engine_core(self, rank: int):

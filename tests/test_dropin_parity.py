@@ -24,11 +24,11 @@ import shutil
 
 import pytest
 
+from harness.ports import HOST
+from harness.vllm_server import VllmFrontend
 from tests.support import model_layouts
 from tests.support.http_client import get, post
 from tests.support.parser_diff import masked
-from tests.support.real_engine import HOST
-from tests.support.vllm_frontend import VllmFrontend
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from engine_core import cli, launcher
+from harness.waits import wait_for
 from tests.support.requirements import require_linux
-from tests.support.waits import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from harness.waits import wait_for
 from tests.support.http_client import (
     MODEL,
     RawRequest,
@@ -28,7 +29,6 @@ from tests.support.http_client import (
     scrape,
     stream_completion,
 )
-from tests.support.waits import wait_for
 
 STEP_TIME = "0.01"  # 100 steps/s: 1000 tokens would take 10 s (more on a loaded host)
 PROMPTS = ["Hello", "World", "The quick brown fox"]

@@ -24,7 +24,7 @@ from frontend.engine_ranks import DISCONNECT_GRACE_S
 from protocol import handshake as hs
 from protocol import wire
 from tests.support.http_client import MODEL, client, completion, get, metric, scrape
-from tests.support.waits import wait_for
+from harness.waits import wait_for
 
 STREAM_TOKENS = 1000  # long enough to stream through an attack and what follows it
 # The empty-frame attack ended serving DISCONNECT_GRACE_S after the rogue left.

@@ -16,6 +16,7 @@ from frontend.model import load_model_info
 from frontend.openai.common import StreamOptions
 from frontend.openai.completions import CompletionRequest, CompletionView
 from frontend.openai.sampling import build_sampling_params
+from harness.state import make_state
 from protocol import wire
 from protocol.arrays import make_array
 from tools.bench import hot_path
@@ -27,7 +28,7 @@ def model(tiny_model_dir):
 
 
 def streaming_choice(model, **fields):
-    state = hot_path.make_state(model, max_model_len=1024)
+    state = make_state(model, max_model_len=1024)
     table = state.table
     req = CompletionRequest(model="tiny", prompt="Hello", max_tokens=16, stream=True, **fields)
     ids = model.encode("Hello")
@@ -140,7 +141,7 @@ def _random_streams(model, seed: int, lean: bool) -> list[bytes]:
     import random
     import re
     rng = random.Random(seed)
-    state = hot_path.make_state(model, max_model_len=1024)
+    state = make_state(model, max_model_len=1024)
     table = state.table
     streams = []
     for i in range(8):

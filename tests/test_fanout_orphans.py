@@ -8,11 +8,11 @@ import pytest
 
 from frontend.fanout import Table
 from frontend.model import load_model_info
+from harness.state import NullEngine
 from protocol import wire
-from tools.bench import hot_path
 
 
-class RecordingEngine(hot_path.NullEngine):
+class RecordingEngine(NullEngine):
     def __init__(self, alive: bool) -> None:
         super().__init__()
         self.alive = alive

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.real_engine import REPO_ROOT
+from harness.procs import REPO_ROOT
 from tools.fuzz import cap_max_tokens, error_shape_problem, plan, response_problem
 
 GOOD_ERROR = b'{"error":{"message":"m","type":"BadRequestError","param":null,"code":400}}'

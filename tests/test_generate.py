@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from harness.waits import wait_for
 from tests.support.http_client import RawRequest, finals_by_index, post, stream
 from tests.support.requirements import first_input
-from tests.support.waits import wait_for
 
 PATH = "/inference/v1/generate"
 PROMPT = [1, 468, 995]

@@ -21,9 +21,10 @@ from typing import Iterator
 import pytest
 
 from frontend.lora import LoRAModulePath, parse_lora_modules
-from tests.support.frontend import BIN_DIR, MockStack, launch_mock_stack
+from harness.frontend import MockStack, launch_mock_stack
+from harness.procs import BIN_DIR
+from harness.waits import wait_for
 from tests.support.http_client import completion, get, post, stream
-from tests.support.waits import wait_for
 
 ENGINE_ARGS = ("--enable-lora", "--max-loras", "2", "--step-time", "0.002")
 LOAD, UNLOAD = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
@@ -102,9 +103,9 @@ def test_start_up_refused(tiny_model_dir, tiny_lora_dirs, tmp_path, engine_args,
 def test_admin_routes_only_with_the_environment_switch(tiny_model_dir):
     from frontend.model import load_model_info
     from frontend.openai.routes import openai_routes
-    from tools.bench import hot_path
+    from harness.state import make_state
 
-    state = hot_path.make_state(load_model_info(str(tiny_model_dir), served_names=["tiny"]))
+    state = make_state(load_model_info(str(tiny_model_dir), served_names=["tiny"]))
     paths = {r.path for r in openai_routes(state)}
     assert not paths & {LOAD, UNLOAD}
     state.config = dataclasses.replace(state.config, runtime_lora_updating=True)
@@ -193,8 +194,8 @@ def test_lora_requests_info_lists_the_adapters_in_flight(mock):
 
 
 def wait_for_metric(url: str, ready) -> dict:
+    from harness.waits import wait_for
     from tests.support.http_client import scrape
-    from tests.support.waits import wait_for
 
     samples: dict = {}
 

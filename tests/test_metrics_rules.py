@@ -22,27 +22,18 @@ from frontend.ops.rank_stats import RankStats
 from frontend.ops.service_metrics import Snapshot
 from frontend.ops.stats_recorder import StatsRecorder
 from frontend.ops.vllm_metrics import ITL, Exposition, cache_config_labels
+from harness.state import SCHEDULER_STATS, make_state
 from protocol import wire
 from protocol.handshake import ReadyResponse
 from tests.support.exposition import parse
-from tools.bench import hot_path
 
 QUEUED, SCHEDULED, PREEMPTED = 1, 2, 3
 LENGTH, STOP, ERROR = wire.FinishReason.LENGTH, wire.FinishReason.STOP, wire.FinishReason.ERROR
 MAX_MODEL_LEN = 1024
 # A step's SchedulerStats map that counted nothing, in vLLM's field order.
-QUIET_STATS = {
-    "num_running_reqs": 0, "num_waiting_reqs": 0, "num_skipped_waiting_reqs": 0,
-    "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 0, "in_progress": 0,
-                                   "completed_waiting": 0},
-    "step_counter": 0, "current_wave": 0, "kv_cache_usage": 0.0, "iteration_details": None,
-    "prefix_cache_stats": {"reset": False, "requests": 0, "queries": 0, "hits": 0,
-                           "preempted_requests": 0, "preempted_queries": 0,
-                           "preempted_hits": 0, "hits_by_source": {}},
-    "connector_prefix_cache_stats": None, "kv_cache_eviction_events": [],
-    "spec_decoding_stats": None, "kv_connector_stats": None, "ec_connector_stats": None,
-    "waiting_lora_adapters": {}, "running_lora_adapters": {}, "cudagraph_stats": None,
-    "perf_stats": None}
+QUIET_STATS = {**SCHEDULER_STATS, "num_running_reqs": 0, "kv_cache_usage": 0.0,
+               "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 0, "in_progress": 0,
+                                              "completed_waiting": 0}}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +47,7 @@ class Harness:
     def __init__(self, model) -> None:
         self.model = model
         self.metrics = StatsRecorder(lambda: MAX_MODEL_LEN)
-        self.state = hot_path.make_state(model, MAX_MODEL_LEN, observer=self.metrics)
+        self.state = make_state(model, MAX_MODEL_LEN, observer=self.metrics)
         self.table = self.state.table
 
     def submit(self, prompts: list[list[int]], n: int = 1, max_tokens: int = 16,

@@ -1,7 +1,7 @@
 """The mock engine speaks vLLM 0.32's engine protocol and fails the way it does.
 
 Each test starts ``python -m engine_core.mock`` against a frontend-side harness
-(tests/support/mock_engine.py; for several ranks or clients
+(harness/engine_harness.py; for several ranks or clients
 tests/support/mock_ranks.py). The last test attaches vLLM's own Python API
 server to the mock: the proof that what the mock sends is what vLLM accepts.
 """
@@ -26,6 +26,9 @@ from tokenizers import Tokenizer
 
 from engine_core.mock.cli import parse_args
 from engine_core.mock_control import MockControl, MockControlError
+from harness.engine_harness import IDENTITY, make_request, spawn_mock
+from harness.ports import free_port
+from harness.waits import wait_for
 from protocol import handshake
 from protocol.sampling import RepetitionDetection
 from protocol.wire import (
@@ -35,10 +38,8 @@ from protocol.wire import (
     decode_outputs,
     encode_utility,
 )
-from tests.support.mock_engine import IDENTITY, free_port, make_request, spawn_mock
 from tests.support.mock_ranks import ClusterHarness
 from tests.support.requirements import require_vllm
-from tests.support.waits import wait_for
 
 STOP, LENGTH, ABORT, ERROR, REPETITION = FinishReason
 EOS = 2  # the mock's default --eos-token-id

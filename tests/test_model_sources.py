@@ -19,8 +19,8 @@ import pytest
 
 from frontend import tokenizers as modes
 from frontend.model import ModelSource, load_model_info
+from harness.procs import REPO_ROOT
 from tests.support import model_layouts
-from tests.support.real_engine import REPO_ROOT
 from tests.support.requirements import require_vllm
 
 BIN_DIR = os.path.dirname(sys.executable)
@@ -37,8 +37,8 @@ def run_python(code: str, env: dict[str, str]) -> dict:
 
 LOAD = """
 import json, sys
-from frontend.model import ModelSource, load_model_info
 from frontend.hub import HubOptions
+from frontend.model import ModelSource, load_model_info
 m = load_model_info({model!r}, tokenizer_dir={tokenizer!r}, source=ModelSource(
     revision={revision!r}, tokenizer_revision={tokenizer_revision!r},
     hub=HubOptions(download_dir={download_dir!r})))

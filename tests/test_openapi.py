@@ -20,7 +20,7 @@ STRUCTS = {s.__name__: s for s in (completions.CompletionRequest, chat.ChatCompl
 
 @pytest.fixture(scope="module")
 def mock_url(tiny_model_dir, tmp_path_factory):
-    from tests.support.frontend import launch_mock_stack
+    from harness.frontend import launch_mock_stack
 
     stack = launch_mock_stack(tiny_model_dir, tmp_path_factory.mktemp("openapi"))
     yield stack.url

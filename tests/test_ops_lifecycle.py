@@ -15,13 +15,13 @@ import aiohttp
 import pytest
 
 from frontend.ops.systemd import Notifier, watchdog_usec
-from tests.support.frontend import SERVED_NAME
+from harness.frontend import SERVED_NAME
+from harness.waits import wait_for_async
 from tests.support.ops import (
     read_stream,
     run,
     stream_tokens,
 )
-from tests.support.waits import wait_for_async
 
 
 async def _get_status(session: aiohttp.ClientSession, url: str) -> int:

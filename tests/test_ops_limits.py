@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 
 from frontend.openai import chat, completions, generate
-from tests.support.frontend import SERVED_NAME
+from harness.frontend import SERVED_NAME
+from harness.waits import wait_for, wait_for_async
 from tests.support.http_client import metric, parse_metrics, scrape
 from tests.support.ops import post_json, read_stream, run, stream_tokens
-from tests.support.waits import wait_for, wait_for_async
 
 
 async def _metrics(session: aiohttp.ClientSession, url: str) -> dict:
@@ -103,9 +103,9 @@ def test_every_generation_route_is_admission_controlled(tiny_model_dir):
     has a choice counter, so admission and the drain gate cover it."""
     from frontend.model import load_model_info
     from frontend.openai.routes import openai_routes
-    from tools.bench import hot_path
+    from harness.state import make_state
 
-    state = hot_path.make_state(load_model_info(str(tiny_model_dir), served_names=["tiny"]))
+    state = make_state(load_model_info(str(tiny_model_dir), served_names=["tiny"]))
     # Every optional route on: the LoRA admin routes too.
     state.config = dataclasses.replace(state.config, runtime_lora_updating=True,
                                        enable_debug_endpoints=True)

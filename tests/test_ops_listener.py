@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.support.frontend import SERVED_NAME
+from harness.frontend import SERVED_NAME
 from tests.support.ops import (
     read_stream,
     run,

@@ -7,10 +7,10 @@ import asyncio
 import aiohttp
 import pytest
 
-from tests.support.frontend import SERVED_NAME
+from harness.frontend import SERVED_NAME
+from harness.waits import wait_for, wait_for_async
 from tests.support.http_client import metric, parse_metrics, scrape
 from tests.support.ops import post_json, read_stream, run
-from tests.support.waits import wait_for, wait_for_async
 
 VLLM = {"model_name": SERVED_NAME, "engine": "0"}
 

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from frontend.ops.security import ApiKeys, Cors
-from tests.support.frontend import SERVED_NAME
+from harness.frontend import SERVED_NAME
 from tests.support.http_client import metric, parse_metrics
 from tests.support.ops import read_stream, run
 from tests.support.requirements import require_module

@@ -23,12 +23,13 @@ from frontend.model import load_model_info
 from frontend.openai.common import trace_headers
 from frontend.openai.completions import CompletionRequest
 from frontend.openai.sampling import build_sampling_params
+from harness.frontend import SERVED_NAME
+from harness.procs import BIN_DIR
+from harness.state import make_state
+from harness.waits import wait_for
 from protocol import wire
-from tests.support.frontend import BIN_DIR, SERVED_NAME
 from tests.support.http_client import post
 from tests.support.otlp import GrpcReceiver, HttpReceiver
-from tests.support.waits import wait_for
-from tools.bench import hot_path
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -169,7 +170,7 @@ def test_trace_headers_go_to_the_engine(tiny_model_dir):
     context when the group has it (tracing on), and nothing otherwise."""
     model = load_model_info(str(tiny_model_dir), served_names=["tiny"])
     sent: list[list[bytes]] = []
-    state = hot_path.make_state(model, 1024)
+    state = make_state(model, 1024)
     state.table.engine.send_add = lambda frames, rank: sent.append(frames)
     req = CompletionRequest(model="tiny", prompt="x", max_tokens=2)
     params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=2,

@@ -3,7 +3,7 @@
 Both servers run on engines started with ``--enable-lora --max-lora-rank 8
 --max-loras 2 --max-logprobs 40`` (one engine each; a headless engine
 handshakes with one frontend), serve the tiny model as ``tiny`` and two
-adapters built by tools/make_tiny_lora.py: ``sql`` given as ``name=path`` and
+adapters built by harness/tiny_lora.py: ``sql`` given as ``name=path`` and
 ``json`` given in vLLM's JSON form, and allow runtime loading
 (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``). Every shape goes to vLLM's
 ``vllm serve`` and to our frontend, one at a time, and the answers must be
@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from harness.frontend import FrontendProcess
+from harness.vllm_server import VllmFrontend
 from tests import test_chat_parity as chat_parity
 from tests import test_parity_completions as cmpl_parity
-from tests.support.frontend import FrontendProcess
-from tests.support.vllm_frontend import VllmFrontend
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend]
 

@@ -43,11 +43,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.engine_harness import spawn_mock
+from harness.ports import HOST, free_port
+from harness.vllm_server import VllmFrontend
 from tests.support.exposition import Family, parse
 from tests.support.http_client import get, post
-from tests.support.mock_engine import free_port, spawn_mock
-from tests.support.real_engine import HOST
-from tests.support.vllm_frontend import VllmFrontend
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend]
 
@@ -213,6 +213,7 @@ CACHE_FLAGS = ("--gpu-memory-utilization", "0.5", "--no-enable-prefix-caching",
 @dataclass
 class MockAsEngine:
     """What VllmFrontend needs of its engine, for a mock engine."""
+    name = "the mock engine"
     handshake_addr: str
     log_path: Path
     proc: subprocess.Popen | None = None

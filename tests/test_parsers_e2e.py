@@ -26,9 +26,11 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
-from tests.support.frontend import launch_mock_stack
+from harness.engine_harness import spawn_mock
+from harness.frontend import launch_mock_stack
+from harness.ports import free_port
+from harness.waits import Watch
 from tests.support.http_client import post
-from tests.support.mock_engine import free_port, spawn_mock
 from tests.support.parser_diff import Case, masked
 from tests.support.vllm_parsers import VllmMultiServer, parser_flags
 from tests.test_reasoning_parsers import COMMON, MISTRAL
@@ -94,7 +96,8 @@ def vllm_servers(tiny_model_dir, tmp_path_factory):
                                "--model", str(tiny_model_dir), "--step-time", STEP_TIME)
     server = VllmMultiServer(tiny_model_dir, port,
                              {name: parser_flags(*flags) for name, flags in CONFIGS.items()},
-                             workdir / "vllm.log", watch=[mock])
+                             workdir / "vllm.log",
+                             watch=[Watch("the mock engine", mock, workdir / "mock.log")])
     try:
         yield server, control
     finally:

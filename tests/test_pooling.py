@@ -24,9 +24,9 @@ from typing import Any
 import openai
 import pytest
 
+from harness.frontend import launch_mock_stack
+from harness.waits import wait_for
 from tests.support.exposition import parse
-from tests.support.frontend import launch_mock_stack
-from tests.support.waits import wait_for
 
 EMBED = ("--runner", "pooling", "--convert", "embed", "--max-num-seqs", "512")
 CLASSIFY = ("--runner", "pooling", "--convert", "classify")
@@ -263,7 +263,9 @@ def test_pooling_requests_are_counted_like_vllms(embed):
 # ------------------------------------------------------------------ vLLM on the mock
 
 class _MockAsEngine:
-    """What tests.support.vllm_frontend.VllmFrontend reads of its engine."""
+    """What harness.vllm_server.VllmFrontend reads of its engine."""
+
+    name = "the mock engine"
 
     def __init__(self, addr: str, proc, log_path) -> None:
         self.handshake_addr, self.proc, self.log_path = addr, proc, log_path
@@ -275,8 +277,9 @@ class _MockAsEngine:
 @contextlib.contextmanager
 def vllm_on_mock(model_dir, workdir, mock_args: tuple[str, ...], *serve_args: str):
     """vLLM's own API server in front of a mock engine serving ``model_dir``."""
-    from tests.support.mock_engine import free_port, spawn_mock
-    from tests.support.vllm_frontend import VllmFrontend
+    from harness.engine_harness import spawn_mock
+    from harness.ports import free_port
+    from harness.vllm_server import VllmFrontend
 
     addr = f"tcp://127.0.0.1:{free_port()}"
     mock, _ = spawn_mock(addr, workdir / "mock.log", "--model", str(model_dir), *mock_args)

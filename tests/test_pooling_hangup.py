@@ -18,8 +18,8 @@ import urllib.request
 
 import pytest
 
+from harness.waits import wait_for
 from tests.support.exposition import parse
-from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend]
 INPUTS = 256

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.frontend import SERVED_NAME
+from harness.frontend import SERVED_NAME
+from harness.ports import free_port
+from harness.waits import wait_for
 from tests.support.http_client import post, stream_completion
-from tests.support.mock_engine import free_port
 from tests.support.requirements import require_tool
-from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.real_engine
 

@@ -30,22 +30,15 @@ from tokenizers import Tokenizer
 
 from engine_core import launcher
 from frontend.text import make_position
+from harness.engine_harness import Result, make_request
+from harness.engines import DTYPE, MAX_MODEL_LEN, RealEngine, still_running
+from harness.procs import REPO_ROOT
 from protocol.arrays import INLINE_THRESHOLD
 from protocol.handshake import ReadyResponse
 from protocol.sampling import ModelLimits, apply_generation_config
 from protocol.wire import EngineCoreOutputs, FinishReason, encode_add
 from tests.support.engine_link import EngineLink
-from tests.support.mock_engine import Result, make_request
-from tests.support.real_engine import (
-    DTYPE,
-    MAX_LOGPROBS,
-    MAX_MODEL_LEN,
-    REPO_ROOT,
-    RealEngine,
-    VllmReference,
-    attach,
-    still_running,
-)
+from tests.support.real_engine import MAX_LOGPROBS, VllmReference, attach
 from tests.support.requirements import require_vllm
 
 # An engine start takes ~25 s on an idle 2-core machine, minutes on a busy one.

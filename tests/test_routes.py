@@ -47,7 +47,7 @@ def answer(url: str, method: str, path: str) -> tuple:
 
 @pytest.fixture(scope="module")
 def url(tiny_model_dir, tmp_path_factory):
-    from tests.support.frontend import launch_mock_stack
+    from harness.frontend import launch_mock_stack
 
     stack = launch_mock_stack(tiny_model_dir, tmp_path_factory.mktemp("routes"))
     yield stack.url

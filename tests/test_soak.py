@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.support.real_engine import REPO_ROOT
+from harness.procs import REPO_ROOT
 from tools.soak import Spec, check_full, check_stream, make_spec
 
 

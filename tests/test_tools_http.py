@@ -23,7 +23,7 @@ import re
 import pytest
 from tokenizers import Tokenizer
 
-from tests.support.frontend import launch_mock_stack
+from harness.frontend import launch_mock_stack
 from tests.support.http_client import MODEL, client, post, stream
 
 HI = [{"role": "user", "content": "Hi"}]
@@ -342,7 +342,7 @@ def test_without_parsers_tool_choice_needs_them(tiny_model_dir, tmp_path):
 def test_bad_flags_stop_the_start(tiny_model_dir, tmp_path, flags, message):
     import subprocess
 
-    from tests.support.frontend import BIN_DIR
+    from harness.procs import BIN_DIR
     proc = subprocess.run([str(BIN_DIR / "frontend"), "--engine-addr", "tcp://127.0.0.1:1",
                            "--model", str(tiny_model_dir), *flags],
                           capture_output=True, text=True, timeout=60)

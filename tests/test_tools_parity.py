@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.support.frontend import FrontendProcess
+from harness.frontend import FrontendProcess
 from tests.support.parser_diff import masked
 from tests.support.vllm_parsers import VllmMultiServer, parser_flags
 from tests.test_parity_completions import Shape as CompletionShape
@@ -358,7 +358,7 @@ class ReasoningServers:
         their_engine = start_real_engine("--reasoning-parser", "qwen3", *SO_CONFIG)
         port = int(their_engine.handshake_addr.rsplit(":", 1)[1])
         self.vllm = VllmMultiServer(model_dir, port, SERVERS, workdir / "vllm.log",
-                                    watch=[their_engine.proc])
+                                    watch=[their_engine])
         self.name: str | None = None
         self.ours: FrontendProcess | None = None
 

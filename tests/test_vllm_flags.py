@@ -8,7 +8,7 @@ own argument for the flags it implements (listed in FRONTEND_FLAGS), or
 among the recorded flags for all the others. The frontend's copy of vLLM's
 flag table must equal the one generated from the installed vLLM, so a flag
 added by a later vLLM fails here until the table is regenerated
-(``python tools/gen_vllm_flags.py``) and the flag is classified.
+(``python -m tools.gen_vllm_flags``) and the flag is classified.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 from frontend.cli import build_parser, parse_args
 from frontend.ops import vllm_flags
-from tests.support.real_engine import REPO_ROOT
+from harness.procs import REPO_ROOT
 from tests.support.requirements import require_vllm
 
 BIN_DIR = Path(sys.executable).parent
@@ -251,7 +251,7 @@ def test_default_host_is_all_interfaces_with_a_warning(tiny_model_dir):
     """As vLLM, the default listens on every interface; without an API key the
     start says so. Engine flags are listed once. (No engine: the start ends
     after --engine-ready-timeout, before listening.)"""
-    from tests.support.mock_engine import free_port
+    from harness.ports import free_port
 
     def start(*extra: str) -> str:
         proc = subprocess.run(

@@ -63,6 +63,7 @@ from protocol import handshake as hs
 from protocol import wire
 from protocol.arrays import INLINE_THRESHOLD, NDArray, make_array
 from protocol.errors import EngineVersionError, ProtocolError, ValidationError
+from protocol.lora import LoRARequest as OurLoRA
 from protocol.sampling import ModelLimits, RepetitionDetection, SamplingParams, check
 from protocol.structured import StructuredOutputsParams
 
@@ -1433,8 +1434,6 @@ def test_doc_utility_and_abort_bytes_equal_ours():
 
 
 # ----------------------------------------------------------------- LoRA
-
-from protocol.lora import LoRARequest as OurLoRA  # noqa: E402
 
 
 def lora_fields(lora: Any) -> tuple:

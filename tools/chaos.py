@@ -1,6 +1,6 @@
 """Chaos runs: what the frontend does when its engine, or itself, fails under load.
 
-One subcommand per run; each starts its own stack (tools/stack.py), prints a
+One subcommand per run; each starts its own stack (harness/stack.py), prints a
 JSON summary, and with ``--markdown`` writes a section for
 docs/reliability.md. Exit status 0 when every check passed (``engine-stall``
 without the frontend's ``--engine-stall-timeout`` documents today's hang
@@ -55,14 +55,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from tools.bench import procs
-from tools.stack import SERVED_NAME, Stack, frontend_has_flag, log, raise_fd_limit
+from harness.frontend import SERVED_NAME
+from harness.ports import HOST
+from harness.stack import Stack, frontend_has_flag, log, raise_fd_limit
 
 STALL_FLAG = "--engine-stall-timeout"
 KILL_END_GOAL_S = 1.5
 ORPHANS_IDLE_GOAL_S = 1.0
 TTFT_RATIO_GOAL = 2.0
-HOST = procs.HOST
 
 
 # ------------------------------------------------------------------ raw HTTP clients

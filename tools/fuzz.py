@@ -46,8 +46,9 @@ from typing import Any
 
 import requests
 
+from harness.frontend import SERVED_NAME
+from harness.stack import Stack, log
 from tools.soak import ERROR_LINE
-from tools.stack import SERVED_NAME, Stack, log
 
 FRONTEND_ARGS = ("--max-concurrent-requests", "64")
 GET_CASES = 10  # per GET route: they take no input, a few requests say enough

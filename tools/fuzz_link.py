@@ -50,7 +50,7 @@ import zmq
 from protocol import handshake as hs
 from protocol import wire
 from tools.chaos import Stream, completion_body, idle, run_stream
-from tools.stack import Stack, log
+from harness.stack import Stack, log
 
 REJECTED = "vllm_frontend_engine_messages_rejected_total"
 SOCKETS = ("handshake", "input", "output")

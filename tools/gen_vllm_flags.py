@@ -2,8 +2,8 @@
 
 Usage (with vLLM installed, e.g. in the project's virtualenv)::
 
-    python tools/gen_vllm_flags.py            # rewrite the table
-    python tools/gen_vllm_flags.py --check    # exit 1 if it differs from vLLM's
+    python -m tools.gen_vllm_flags            # rewrite the table
+    python -m tools.gen_vllm_flags --check    # exit 1 if it differs from vLLM's
 
 The frontend never imports vLLM, so it keeps its own copy of vLLM's flag list,
 generated here from vLLM's parser (``make_arg_parser``). The frontend accepts

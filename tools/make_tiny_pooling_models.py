@@ -8,7 +8,7 @@ or, from Python, ``build_embedder(tiny_dir, outdir)`` and ``build_cross_encoder(
 
 The pooling tests serve two models on real engines:
 
-* **the embedder**: the tiny Llama of ``tools/make_tiny_model.py`` itself (its
+* **the embedder**: the tiny Llama of ``harness/tiny_model.py`` itself (its
   weights, tokenizer and chat template, linked), run as an embedding model
   with ``vllm serve DIR --runner pooling --convert embed``. Its ``config.json``
   adds two keys real embedding models have: ``matryoshka_dimensions`` (so
@@ -45,7 +45,7 @@ import sys
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from tools.make_tiny_model import make_corpus, write_safetensors
+from harness.tiny_model import make_corpus, write_safetensors
 
 WEIGHTS_SEED = 2468
 VOCAB_SIZE = 1000

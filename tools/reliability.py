@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
+from harness import procs
 from tools import prose
-from tools.bench import procs
 
 DOCS = procs.REPO_ROOT / "docs"
 PIECES = DOCS / "reliability"

@@ -13,7 +13,7 @@ BIN=.venv/bin
 
 if [ "$MODEL" = build/tiny-model ] && [ ! -f "$MODEL/model.safetensors" ]; then
     echo "serve: building the tiny test model into $MODEL" >&2
-    "$BIN/python" tools/make_tiny_model.py "$MODEL"
+    "$BIN/python" -m tools.make_tiny_model "$MODEL"
 fi
 mkdir -p build
 echo "serve: starting the engine (log: build/engine.log)" >&2

@@ -46,8 +46,8 @@ from typing import Any
 
 import aiohttp
 
-from tools.bench import procs
-from tools.stack import Stack
+from harness import procs
+from harness.stack import Stack
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions",
          "generate": "/inference/v1/generate"}

@@ -32,6 +32,7 @@ import pytest
 import zmq
 
 from engine_core.mock_control import MockControl
+from harness.engine_harness import Result, spawn_mock
 from protocol import handshake
 from protocol.wire import (
     ENGINE_CORE_DEAD,
@@ -43,7 +44,6 @@ from protocol.wire import (
     encode_abort,
     encode_utility,
 )
-from tests.support.mock_engine import Result, spawn_mock
 
 
 class ClusterHarness:

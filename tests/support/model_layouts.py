@@ -73,7 +73,7 @@ def hub_cache(tiny: pathlib.Path, hf_home: pathlib.Path, repo_id: str,
 def sentencepiece_layout(tiny: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     import sentencepiece as spm  # installed with vLLM (test-only here)
 
-    from tools.make_tiny_model import make_corpus
+    from harness.tiny_model import make_corpus
 
     _base(tiny, out)
     if not (out / "tokenizer.model").exists():

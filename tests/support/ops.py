@@ -22,10 +22,11 @@ from typing import Any, Callable, Iterator
 import aiohttp
 import pytest
 
-from tests.support.frontend import BIN_DIR, FrontendProcess
-from tests.support.mock_engine import free_port
-from tests.support.real_engine import REPO_ROOT, free_port_triple
-from tests.support.waits import wait_for
+from harness.engines import mock_engine_command
+from harness.frontend import FrontendProcess
+from harness.ports import HOST, free_port, free_port_triple
+from harness.procs import REPO_ROOT
+from harness.waits import wait_for
 
 
 class OpsStack:
@@ -108,13 +109,12 @@ def start_ops_stack(tiny_model_dir, tmp_path) -> Iterator[Callable[..., OpsStack
               ready: Callable[[OpsStack], bool] | None = None,
               scheme: str = "http") -> OpsStack:
         port = free_port_triple()
-        engine_addr = f"tcp://127.0.0.1:{port}"
-        control_addr = f"tcp://127.0.0.1:{free_port()}"
+        engine_addr = f"tcp://{HOST}:{port}"
+        control_addr = f"tcp://{HOST}:{free_port()}"
         fe = FrontendProcess(engine_addr, tiny_model_dir, tmp_path, *frontend_args,
                              state_file=tmp_path / f"ops-{port}.state", env=env)
-        engine_cmd = [str(BIN_DIR / "engine-core"), "--mock", "--frontend-addr", engine_addr,
-                      "--model", str(tiny_model_dir), "--control-addr", control_addr,
-                      *engine_args]
+        engine_cmd = mock_engine_command(engine_addr, tiny_model_dir, *engine_args,
+                                         control_addr=control_addr)
         stack = OpsStack(fe, engine_cmd, tmp_path / f"ops-mock-{port}.log", control_addr,
                          scheme)
         stacks.append(stack)

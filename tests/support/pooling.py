@@ -28,9 +28,11 @@ from typing import Iterator
 
 import pytest
 
-from tests.support.frontend import FrontendProcess
-from tests.support.real_engine import REPO_ROOT, RealEngine, require_vllm
-from tests.support.vllm_frontend import VllmFrontend
+from harness.engines import RealEngine
+from harness.frontend import FrontendProcess
+from harness.procs import REPO_ROOT
+from harness.vllm_server import VllmFrontend
+from tests.support.requirements import require_vllm
 
 EMBED_ARGS = ("--runner", "pooling", "--convert", "embed")
 CROSS_ENCODER_ARGS = ("--runner", "pooling")

@@ -1,10 +1,11 @@
 """Real vLLM engines for tests, and vLLM's own reference results.
 
-``RealEngine`` runs ``engine-core --model DIR --frontend-addr tcp://127.0.0.1:P``
-(or, with ``plain_vllm=True``, the plain ``vllm serve DIR --headless ...`` it
-stands for) in its own process group, logging to a file, and always stops it.
-The engine connects to whatever binds the handshake address: a test binds it
-with ``tests.support.engine_link.EngineLink`` (see ``attach``).
+``harness.engines.RealEngine`` runs ``engine-core --model DIR --frontend-addr
+tcp://127.0.0.1:P`` (or, with ``plain_vllm=True``, the plain ``vllm serve DIR
+--headless ...`` it stands for) in its own process group, logging to a file,
+and always stops it. The engine connects to whatever binds the handshake
+address: a test binds it with ``tests.support.engine_link.EngineLink`` (see
+``attach``).
 
 Each start costs ~25 s of CPU and ~1.5 GB, so fixtures share engines: the
 ``start_real_engine`` factory (engines stopped at session end) and the
@@ -20,152 +21,23 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pytest
 
-from engine_core import launcher
+from harness.engines import DTYPE, MAX_MODEL_LEN, RealEngine, cpu_env
+from harness.procs import REPO_ROOT
 from tests.support.requirements import require_vllm
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BIN_DIR = Path(sys.executable).parent
-HOST = "127.0.0.1"
-# The settings of every test engine, and of the reference, for the tiny model.
-MAX_MODEL_LEN = 1024
-DTYPE = "float32"
-MODEL_ARGS = ("--max-model-len", str(MAX_MODEL_LEN), "--dtype", DTYPE)
 # The protocol test asks for 70 logprobs; vLLM's default cap is 20.
 MAX_LOGPROBS = 128
 MODULE_ENGINE_ARGS = ("--max-logprobs", str(MAX_LOGPROBS))
-STOP_TIMEOUT_S = 15.0
 ATTACH_TIMEOUT_S = 300.0
-
-
-def free_port_triple(host: str = HOST) -> int:
-    """A port P with P..P+4 free: the engine link binds input/output at P+1, P+2
-    (and a second frontend worker at P+3, P+4).
-
-    Drawn below the ephemeral range, so that the engine's own outgoing
-    connections cannot take them before the frontend binds them.
-    """
-    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(20000, ephemeral_low - 5)
-        if all(_port_free(host, p) for p in range(port, port + 5)):
-            return port
-    raise RuntimeError("no five consecutive free ports")
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def cpu_env() -> dict[str, str]:
-    """What engine-core adds to vLLM's environment for a local model directory on
-    this host, for the processes that run vLLM directly."""
-    on_cpu = launcher.engine_runs_on_cpu()
-    return {**(launcher.CPU_ENV if on_cpu else {}), **launcher.OFFLINE_ENV}
-
-
-class RealEngine:
-    """A headless vLLM engine process (tree) that connects to ``handshake_addr``."""
-
-    def __init__(self, command: Sequence[str], handshake_addr: str, log_path: Path,
-                 env: dict[str, str]) -> None:
-        self.command = list(command)
-        self.handshake_addr = handshake_addr
-        self.log_path = log_path
-        self.timings: dict[str, float] = {}  # seconds from start: "hello", "ready"
-        with open(log_path, "wb") as log:
-            self.started_at = time.monotonic()
-            self.proc = subprocess.Popen(self.command, cwd=REPO_ROOT, env=env, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-
-    @classmethod
-    def launch(cls, model_dir: Path, log_path: Path, *extra_args: str,
-               plain_vllm: bool = False) -> RealEngine:
-        """``engine-core`` (our launcher), or the plain ``vllm serve`` command."""
-        port = free_port_triple()
-        if plain_vllm:
-            cpu_flags = [a for _, default in launcher.CPU_FLAGS for a in default] \
-                if launcher.engine_runs_on_cpu() else []
-            command = [str(BIN_DIR / "vllm"), "serve", str(model_dir), "--headless",
-                       "--data-parallel-address", HOST, "--data-parallel-rpc-port", str(port),
-                       *cpu_flags]
-            env = {**os.environ, **cpu_env()}
-        else:
-            command = [str(BIN_DIR / "engine-core"), "--model", str(model_dir),
-                       "--frontend-addr", f"tcp://{HOST}:{port}"]
-            env = dict(os.environ)
-        return cls([*command, *MODEL_ARGS, *extra_args], f"tcp://{HOST}:{port}",
-                   log_path, env)
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
-
-    def descendants(self) -> list:
-        """The engine's processes below ``proc`` (vllm serve, EngineCore, ...)."""
-        import psutil  # a vLLM dependency, like everything here that needs it
-
-        try:
-            return psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return []
-
-    def signal_group(self, signum: int) -> None:
-        try:
-            os.killpg(self.proc.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    def wait_gone(self, tree: list, timeout: float) -> bool:
-        """Wait until ``proc`` and the processes of ``tree`` have exited."""
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None or still_running(tree):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
-        return True
-
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM to the process group, wait <= ``timeout`` for the whole tree,
-        then SIGKILL whatever is left. Returns ``proc``'s exit status."""
-        if self.proc.poll() is None:
-            # engine-core runs vLLM in a group of its own: watch the tree, not the group.
-            tree = self.descendants()
-            self.signal_group(signal.SIGTERM)
-            if not self.wait_gone(tree, timeout):
-                self.signal_group(signal.SIGKILL)
-                for p in still_running(tree):
-                    p.kill()
-        return self.proc.wait()
-
-
-def still_running(processes: list) -> list:
-    """The psutil processes that still run; zombies count as gone."""
-    import psutil
-
-    running = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                running.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return running
 
 
 async def attach(engine: RealEngine, client: Any, timeout: float = ATTACH_TIMEOUT_S) -> Any:

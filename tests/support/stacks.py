@@ -22,7 +22,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.support.frontend import SERVED_NAME, FrontendProcess, MockStack, launch_mock_stack
+from harness.frontend import SERVED_NAME, FrontendProcess, MockStack, launch_mock_stack
 from tests.support.http_client import metric, scrape
 
 # The labels of vLLM's metric families on our frontend.

@@ -14,18 +14,16 @@ on first use of ``url``; its process group is killed by ``stop()``.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
+from typing import Sequence
 
-from tests.support.frontend import SERVED_NAME
-from tests.support.mock_engine import free_port
-from tests.support.real_engine import HOST, MODEL_ARGS, REPO_ROOT, cpu_env
+from harness.engines import cpu_env
+from harness.ports import HOST, free_port
+from harness.procs import REPO_ROOT, log_tail, spawn, stop_group
+from harness.vllm_server import attached_serve_args
+from harness.waits import Watched, wait_healthy
 
 READY_TIMEOUT_S = 600.0
 
@@ -37,24 +35,20 @@ def parser_flags(tool: str | None, reasoning: str | None) -> list[str]:
 
 
 class VllmMultiServer:
+    name = "vLLM's API server"
+
     def __init__(self, model_dir: Path, engine_port: int, configs: dict[str, list[str]],
-                 log_path: Path, *extra_args: str, watch: list[subprocess.Popen] = ()
-                 ) -> None:
+                 log_path: Path, *extra_args: str, watch: Sequence[Watched] = ()) -> None:
         self.ports = {name: free_port() for name in configs}
         self.log_path = log_path
         self.watch = list(watch)  # processes whose death means we will never be ready
-        base = [str(model_dir), "--data-parallel-size", "1", "--data-parallel-size-local", "0",
-                "--data-parallel-address", HOST, "--data-parallel-rpc-port", str(engine_port),
-                "--host", HOST, *MODEL_ARGS, "--served-model-name", SERVED_NAME, *extra_args]
+        base = [*attached_serve_args(model_dir, engine_port), *extra_args]
         layout = [[self.ports[name], flags] for name, flags in configs.items()]
         self.ready = False
-        env = {**os.environ, **cpu_env(), "PYTHONPATH": str(REPO_ROOT)}
-        with open(log_path, "wb") as log:
-            self.started_at = time.monotonic()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.vllm_multi_server", json.dumps(base),
-                 json.dumps(layout)], cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env=env)
+        self.started_at = time.monotonic()
+        self.proc = spawn([sys.executable, "-m", "tests.support.vllm_multi_server",
+                           json.dumps(base), json.dumps(layout)], log_path,
+                          {**cpu_env(), "PYTHONPATH": str(REPO_ROOT)})
 
     def url(self, name: str) -> str:
         if not self.ready:
@@ -62,39 +56,13 @@ class VllmMultiServer:
         return f"http://{HOST}:{self.ports[name]}"
 
     def log_tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
-        deadline = self.started_at + timeout
-        pending = list(self.ports.values())
-        while pending:
-            for proc in (self.proc, *self.watch):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"vLLM's API server (or its engine) exited with "
-                                       f"{proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"http://{HOST}:{pending[0]}/health",
-                                            timeout=2) as r:
-                    if r.status == 200:
-                        pending.pop(0)
-                        continue
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"vLLM's API server not ready after {timeout} s:\n"
-                                   f"{self.log_tail()}")
-            time.sleep(0.3)
+        for port in self.ports.values():
+            left = self.started_at + timeout - time.monotonic()
+            wait_healthy(f"http://{HOST}:{port}", [self, *self.watch], max(left, 0.0), poll=0.3)
         self.ready = True
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(15)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        stop_group(self.proc, 15)

@@ -42,26 +42,18 @@ from pathlib import Path
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from engine_core import launcher  # noqa: E402
-from tools.bench import procs  # noqa: E402
-from tools.bench.prompts import WORDS  # noqa: E402
+from engine_core import launcher
+from harness import procs
+from harness.engines import cpu_flags, real_engine_command
+from harness.frontend import SERVED_NAME, frontend_command
+from harness.models import tiny_model_dir
+from harness.ports import HOST, free_port, free_port_triple
+from harness.waits import wait_healthy
+from tools.bench.prompts import WORDS
 
 MODEL_ARGS = ["--max-model-len", "2048", "--dtype", "float32"]  # the model's positions
-SERVED = "tiny"
+SERVED = SERVED_NAME
 READY_TIMEOUT_S = 900
-
-
-def tiny_model_dir() -> Path:
-    import hashlib
-    builder = procs.REPO_ROOT / "tools" / "make_tiny_model.py"
-    key = hashlib.sha256(builder.read_bytes()).hexdigest()[:12]
-    target = procs.REPO_ROOT / "build" / f"tiny-model-{key}"
-    if not (target / "model.safetensors").exists():
-        from tools.make_tiny_model import build
-        build(target)
-    return target
 
 
 def cpu_env() -> dict[str, str]:
@@ -72,12 +64,6 @@ def cpu_env() -> dict[str, str]:
         env |= {**launcher.CPU_ENV, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
         del env["VLLM_ENABLE_V1_MULTIPROCESSING"]
     return env
-
-
-def cpu_flags() -> list[str]:
-    if not launcher.engine_runs_on_cpu():
-        return []
-    return [a for _, default in launcher.CPU_FLAGS for a in default]
 
 
 # ------------------------------------------------------------------ setups
@@ -102,30 +88,27 @@ class Setup:
 def start_ours(name: str, model: Path, logdir: Path, ranks: int, *frontend_args: str
                ) -> Setup:
     setup = Setup(name, logdir)
-    port = procs.free_port_triple()
-    addr = f"tcp://{procs.HOST}:{port}"
-    http = procs.free_port()
-    setup.start("frontend", [str(procs.BIN_DIR / "frontend"), "--engine-addr", addr,
-                             "--model", str(model), "--served-model-name", SERVED,
-                             "--port", str(http), "--engine-state-file", "",
-                             "--data-parallel-size", str(ranks), *frontend_args])
+    port = free_port_triple()
+    addr = f"tcp://{HOST}:{port}"
+    http = free_port()
+    setup.start("frontend", frontend_command(addr, model, http, "--data-parallel-size",
+                                             str(ranks), *frontend_args))
     for rank in range(ranks):
         dp = (["--data-parallel-size", str(ranks), "--data-parallel-size-local", "1",
                "--data-parallel-start-rank", str(rank)] if ranks > 1 else [])
-        setup.start(f"rank{rank}", [str(procs.BIN_DIR / "engine-core"), "--model", str(model),
-                                    "--frontend-addr", addr, *MODEL_ARGS, *dp])
-    setup.url = f"http://{procs.HOST}:{http}"
+        setup.start(f"rank{rank}", real_engine_command(model, addr, *MODEL_ARGS, *dp))
+    setup.url = f"http://{HOST}:{http}"
     return setup
 
 
 def start_vllm(model: Path, logdir: Path, ranks: int) -> Setup:
     setup = Setup("vllm", logdir)
-    http = procs.free_port()
+    http = free_port()
     setup.start("vllm-serve", [str(procs.BIN_DIR / "vllm"), "serve", str(model),
-                               "--host", procs.HOST, "--port", str(http),
+                               "--host", HOST, "--port", str(http),
                                "--served-model-name", SERVED, *MODEL_ARGS, *cpu_flags(),
                                "--data-parallel-size", str(ranks)], env=cpu_env())
-    setup.url = f"http://{procs.HOST}:{http}"
+    setup.url = f"http://{HOST}:{http}"
     return setup
 
 
@@ -218,7 +201,7 @@ def figures(per_engine: dict) -> dict:
 def measure(setup: Setup, convs, args) -> dict:
     try:
         started = time.monotonic()
-        procs.wait_healthy(setup.url, setup.procs, READY_TIMEOUT_S, poll=0.5)
+        wait_healthy(setup.url, setup.procs, READY_TIMEOUT_S, poll=0.5)
         ready_s = time.monotonic() - started
         t0 = time.monotonic()
         replies = asyncio.run(run_workload(setup.url, convs, args.turns, args.reply_tokens,

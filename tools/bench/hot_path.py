@@ -27,76 +27,22 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from frontend import structured as so  # noqa: E402
-from frontend.fanout import Group, Table  # noqa: E402
-from frontend.model import load_model_info  # noqa: E402
-from frontend.openai import tooling  # noqa: E402
-from frontend.openai.chat import ChatCompletionRequest, ChatView  # noqa: E402
-from frontend.openai.completions import CompletionRequest, CompletionView  # noqa: E402
-from frontend.openai.sampling import build_sampling_params  # noqa: E402
-from frontend.ops.stats_recorder import StatsRecorder  # noqa: E402
-from frontend.render import RenderedChat, Renderer  # noqa: E402
-from frontend.state import AppState, ServingConfig  # noqa: E402
-from protocol import wire  # noqa: E402
-from protocol.handshake import ReadyResponse  # noqa: E402
-from tools.bench.prompts import make_prompts  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-SCHEDULER_STATS = {  # the shape the engine sends on every step
-    "num_running_reqs": 256, "num_waiting_reqs": 0, "num_skipped_waiting_reqs": 0,
-    "num_kv_fetch_reqs_by_stage": {}, "step_counter": 0, "current_wave": 0,
-    "kv_cache_usage": 0.25, "iteration_details": None,
-    "prefix_cache_stats": {"reset": False, "requests": 0, "queries": 0, "hits": 0,
-                           "preempted_requests": 0, "preempted_queries": 0,
-                           "preempted_hits": 0, "hits_by_source": {}},
-    "connector_prefix_cache_stats": None, "kv_cache_eviction_events": [],
-    "spec_decoding_stats": None, "kv_connector_stats": None, "ec_connector_stats": None,
-    "waiting_lora_adapters": {}, "running_lora_adapters": {}, "cudagraph_stats": None,
-    "perf_stats": None,
-}
-
-
-class NullEngine:
-    """An engine link that sends nothing."""
-
-    alive = True
-    death_reason = None
-    num_aborts_sent = 0
-
-    data_parallel_size = 1
-
-    def __init__(self) -> None:
-        self.rejected: dict[str, int] = {}
-
-    def send_add(self, frame: list[bytes], rank: int) -> None:
-        pass
-
-    def abort(self, rank: int, ids: list[str]) -> bool:
-        return True
-
-    def routable_ranks(self) -> list[int]:
-        return [0]
-
-    def reject(self, reason: str, detail: str = "") -> None:
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
-
-    async def call_utility(self, method: str, *args, timeout: float = 10.0):
-        return None
-
-
-def make_state(model, max_model_len: int = 4096, observer=None) -> AppState:
-    """The application state the routes get, around a table with no engine."""
-    engine = NullEngine()
-    table = Table(engine, model, lambda: state.model_limits(), observer=observer)
-    state = AppState(model, ServingConfig(), engine, table, Renderer(model))
-    state.engine_attached(ReadyResponse(max_model_len=max_model_len, vllm_version="0.32.0"))
-    return state
+from frontend import structured as so
+from frontend.fanout import Group
+from frontend.model import load_model_info
+from frontend.openai import tooling
+from frontend.openai.chat import ChatCompletionRequest, ChatView
+from frontend.openai.completions import CompletionRequest, CompletionView
+from frontend.openai.sampling import build_sampling_params
+from frontend.ops.stats_recorder import StatsRecorder
+from frontend.render import RenderedChat
+from harness.procs import REPO_ROOT
+from harness.state import SCHEDULER_STATS, make_state
+from protocol import wire
+from tools.bench.prompts import make_prompts
 
 
 def setup(model, prompts: list[str], streams: int, max_tokens: int, route: str = "completions"):
@@ -183,7 +129,7 @@ def run_once(model, prompts, args, shape: str) -> tuple[float, int]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", type=Path, default=ROOT / "build" / "tiny")
+    p.add_argument("--model", type=Path, default=REPO_ROOT / "build" / "tiny")
     p.add_argument("--streams", type=int, default=256)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--ahead-outputs", type=int, default=6)

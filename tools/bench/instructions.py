@@ -29,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from tools.bench import procs
+from harness import procs
+from harness.ports import HOST
 from tools.bench.loadgen import Client, run_point
 from tools.bench.profile import parse_load
 from tools.bench.prompts import make_prompts
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
     try:
         stack.start()
-        client = Client(procs.HOST, stack.port, prompts, model=SERVED)
+        client = Client(HOST, stack.port, prompts, model=SERVED)
         client.timeout = 600.0
         warm_up(client)
         pid = stack.frontend.pid

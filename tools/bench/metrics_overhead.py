@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python tools/bench/metrics_overhead.py [--rounds 3] [--seconds 10]
+    .venv/bin/python -m tools.bench.metrics_overhead [--rounds 3] [--seconds 10]
 
 For each round it starts a mock engine (``engine-core --mock``, step time 0)
 and two frontends in turn on it -- one as shipped (metrics observer on), one
@@ -20,35 +20,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from harness.engines import mock_engine_command
+from harness.frontend import SERVED_NAME, frontend_command
+from harness.models import tiny_model_dir
+from harness.ports import HOST, free_port, free_port_triple
+from harness.procs import Proc
+from harness.state import SCHEDULER_STATS, NullEngine
+from harness.waits import wait_healthy
 
-from tests.support.mock_engine import free_port  # noqa: E402
-from tests.support.real_engine import free_port_triple  # noqa: E402
-
-BIN = Path(sys.executable).parent
 MAX_MODEL_LEN = 4096
-
-
-def tiny_model() -> Path:
-    from tools.make_tiny_model import build
-    builder = ROOT / "tools" / "make_tiny_model.py"
-    target = ROOT / "build" / f"tiny-model-{hashlib.sha256(builder.read_bytes()).hexdigest()[:12]}"
-    if not (target / "model.safetensors").exists():
-        build(target)
-    return target
 
 
 def cpu_seconds(pid: int) -> float:
@@ -56,25 +44,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as s:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"frontend exited with {proc.returncode}")
-            try:
-                async with s.get(url + "/health") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise TimeoutError("frontend not healthy")
-
-
 async def drive(url: str, pid: int, concurrency: int, tokens: int, warmup: float,
                 seconds: float) -> dict:
-    body = {"model": "tiny", "prompt": "benchmark prompt with a few words", "stream": True,
+    body = {"model": SERVED_NAME, "prompt": "benchmark prompt with a few words", "stream": True,
             "max_tokens": tokens, "ignore_eos": True}
     state = {"measuring": False, "done": 0, "stop": False}
 
@@ -109,37 +81,15 @@ async def drive(url: str, pid: int, concurrency: int, tokens: int, warmup: float
 def run_frontend(model: Path, engine_addr: str, extra: list[str], workdir: Path,
                  concurrency: int, tokens: int, warmup: float, seconds: float) -> dict:
     port = free_port()
-    log = open(workdir / f"frontend-{port}.log", "wb")
-    proc = subprocess.Popen(
-        [str(BIN / "frontend"), "--engine-addr", engine_addr, "--model", str(model),
-         "--served-model-name", "tiny", "--port", str(port),
-         "--engine-state-file", str(workdir / "engine.state"), "--log-level", "warning",
-         *extra], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
+    proc = Proc("frontend", frontend_command(engine_addr, model, port, "--log-level", "warning",
+                                             *extra, state_file=workdir / "engine.state"),
+                None, workdir / f"frontend-{port}.log")
+    url = f"http://{HOST}:{port}"
     try:
-        asyncio.run(wait_healthy(url, proc))
+        wait_healthy(url, [proc], 60)
         return asyncio.run(drive(url, proc.pid, concurrency, tokens, warmup, seconds))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-class _StubEngine:
-    alive = True
-
-    def send_add(self, frames, rank) -> None:
-        pass
-
-    def abort(self, rank, ids) -> bool:
-        return True
-
-    def routable_ranks(self) -> list[int]:
-        return [0]
+        proc.stop(30)
 
 
 def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
@@ -163,7 +113,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     from protocol import wire
     from protocol.sampling import ModelLimits
 
-    model = load_model_info(str(tiny_model()), served_names=["tiny"])
+    model = load_model_info(str(tiny_model_dir()), served_names=[SERVED_NAME])
     limits = ModelLimits(vocab_size=model.vocab_size, max_model_len=MAX_MODEL_LEN,
                          max_logprobs=20)
     req = CompletionRequest(prompt="x", max_tokens=tokens, ignore_eos=True, stream=True)
@@ -174,19 +124,9 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
     length = int(wire.FinishReason.LENGTH)
     # What a vLLM 0.32 engine with log stats sends: a SchedulerStats map on
     # every step, prefill stats and QUEUED/SCHEDULED events on first outputs.
-    stats = {"num_running_reqs": concurrency, "num_waiting_reqs": 0,
-             "num_skipped_waiting_reqs": 0,
+    stats = {**SCHEDULER_STATS, "num_running_reqs": concurrency, "kv_cache_usage": 0.1,
              "num_kv_fetch_reqs_by_stage": {"waiting_to_start": 0, "in_progress": 0,
-                                            "completed_waiting": 0},
-             "step_counter": 0, "current_wave": 0, "kv_cache_usage": 0.1,
-             "iteration_details": None,
-             "prefix_cache_stats": {"reset": False, "requests": 0, "queries": 0, "hits": 0,
-                                    "preempted_requests": 0, "preempted_queries": 0,
-                                    "preempted_hits": 0, "hits_by_source": {}},
-             "connector_prefix_cache_stats": None, "kv_cache_eviction_events": [],
-             "spec_decoding_stats": None, "kv_connector_stats": None,
-             "ec_connector_stats": None, "waiting_lora_adapters": {},
-             "running_lora_adapters": {}, "cudagraph_stats": None, "perf_stats": None}
+                                            "completed_waiting": 0}}
     prefill = {"num_prompt_tokens": len(prompt), "num_computed_tokens": len(prompt),
                "num_cached_tokens": 0, "num_local_cached_tokens": 0,
                "num_external_cached_tokens": 0, "num_cache_creation_tokens": 0}
@@ -200,7 +140,7 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
         return out
 
     def scenario(observer):
-        table = Table(_StubEngine(), model, lambda: limits, observer=observer)
+        table = Table(NullEngine(), model, lambda: limits, observer=observer)
         groups = []
         for g in range(concurrency):
             group = Group(f"cmpl-{g}", stream=True)
@@ -284,18 +224,16 @@ def main() -> None:
           f"metrics on {m['table_metrics']:.2f} us", flush=True)
     if args.micro_only:
         return
-    model = tiny_model()
+    model = tiny_model_dir()
     variants = {"metrics on": [], "observer None (--disable-log-stats)": ["--disable-log-stats"]}
     results: dict[str, list[dict]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        engine_addr = f"tcp://127.0.0.1:{free_port_triple()}"
-        engine = subprocess.Popen(
-            [str(BIN / "engine-core"), "--mock", "--frontend-addr", engine_addr,
-             "--model", str(model), "--max-model-len", str(MAX_MODEL_LEN),
-             "--max-num-seqs", str(max(args.concurrency, 256)),
-             "--step-time", str(args.step_time)],
-            stdout=open(workdir / "engine.log", "wb"), stderr=subprocess.STDOUT, cwd=ROOT)
+        engine_addr = f"tcp://{HOST}:{free_port_triple()}"
+        engine = Proc("mock engine", mock_engine_command(
+            engine_addr, model, "--max-model-len", str(MAX_MODEL_LEN),
+            "--max-num-seqs", str(max(args.concurrency, 256)), "--step-time", str(args.step_time)),
+            None, workdir / "engine.log")
         try:
             for rnd in range(args.rounds):
                 order = list(variants.items())
@@ -309,11 +247,7 @@ def main() -> None:
                           f"{r['cpu_us_per_token']:>6.1f} frontend CPU-us/token "
                           f"(frontend at {r['frontend_cpu']:.0%} of a core)", flush=True)
         finally:
-            engine.terminate()
-            try:
-                engine.wait(10)
-            except subprocess.TimeoutExpired:
-                engine.kill()
+            engine.stop(10)
     print()
     summary = {}
     for name, rs in results.items():

@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python tools/bench/mock_steps.py [--concurrency 1 64 1024] [--seconds 5]
+    .venv/bin/python -m tools.bench.mock_steps [--concurrency 1 64 1024] [--seconds 5]
 
 For each concurrency N it starts ``python -m engine_core.mock --max-num-seqs N``
 (step time 0), binds the handshake ROUTER / input ROUTER / output PULL itself,
@@ -24,16 +24,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from engine_core.mock_control import MockControl  # noqa: E402
-from protocol.wire import decode_outputs  # noqa: E402
-from tests.support.mock_engine import EngineHarness, make_request, spawn_mock  # noqa: E402
+from engine_core.mock_control import MockControl
+from harness.engine_harness import EngineHarness, make_request, spawn_mock
+from protocol.wire import decode_outputs
 
 MAX_MODEL_LEN = 1 << 20  # requests never reach it within a run
 

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.bench import procs
+from harness import procs
+from harness.ports import HOST
 from tools.bench.loadgen import Client, Workload
 from tools.bench.prompts import make_prompts
 from tools.bench.run import Stack, log, machine_info, measure
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 info = stack.start()
                 info.update(frontend=kind, repeat=rep)
                 results["startup"].append(info)
-                client = EmbeddingsClient(procs.HOST, stack.port, prompts)
+                client = EmbeddingsClient(HOST, stack.port, prompts)
                 warm_up(client, workloads)
                 stack.refresh_pids()
                 for w in workloads:
@@ -239,7 +240,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def ensure_model(args: argparse.Namespace) -> None:
     if args.model is not None:
         return
-    from tools.make_tiny_model import build as build_tiny
+    from harness.tiny_model import build as build_tiny
     from tools.make_tiny_pooling_models import build_embedder
 
     tiny, embed = REPO / "build" / "tiny", REPO / "build" / "tiny-embed"

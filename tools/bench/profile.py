@@ -29,7 +29,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from tools.bench import procs
+from harness import procs
+from harness.ports import HOST
 from tools.bench.loadgen import Client, Workload, run_point
 from tools.bench.prompts import make_prompts
 from tools.bench.run import SERVED, Stack, warm_up
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     sections = []
     try:
         stack.start()
-        client = Client(procs.HOST, stack.port, prompts, model=SERVED)
+        client = Client(HOST, stack.port, prompts, model=SERVED)
         warm_up(client)
         import uvloop
         step = f"{args.step_time * 1000:g}ms"

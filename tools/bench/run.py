@@ -66,14 +66,19 @@ from pathlib import Path
 from typing import Any
 
 from engine_core.mock_control import MockControl
-from tools.bench import procs, rust_frontend
+from harness import procs
+from harness.engines import MAX_MODEL_LEN, MODEL_ARGS, mock_engine_command, real_engine_command
+from harness.frontend import SERVED_NAME, frontend_command
+from harness.ports import HOST, free_port, free_port_triple
+from harness.tiny_model import build as build_tiny_model
+from harness.vllm_server import api_server_command
+from harness.waits import wait_healthy, wait_listening
+from tools.bench import rust_frontend
 from tools.bench.loadgen import Client, PointResult, Workload, run_point
 from tools.bench.prompts import make_prompts
 
 REPO = procs.REPO_ROOT
-BIN = procs.BIN_DIR
-SERVED = "tiny"
-MAX_MODEL_LEN = 1024
+SERVED = SERVED_NAME
 
 # vLLM's CPU-host environment (engine_core.launcher.CPU_ENV), for vllm serve.
 try:
@@ -152,11 +157,11 @@ class Stack:
         self.args = args
         self.logdir = logdir
         self.tag = tag
-        self.port = procs.free_port()
-        self.engine_port = procs.free_port_triple()
-        self.control_addr = f"tcp://{procs.HOST}:{procs.free_port()}"
+        self.port = free_port()
+        self.engine_port = free_port_triple()
+        self.control_addr = f"tcp://{HOST}:{free_port()}"
         self.step_time: float | None = None
-        self.url = f"http://{procs.HOST}:{self.port}"
+        self.url = f"http://{HOST}:{self.port}"
         self.engine: procs.Proc | None = None
         self.frontend: procs.Proc | None = None
         self.startup: dict[str, Any] = {}
@@ -166,35 +171,22 @@ class Stack:
         return f"{self.frontend_kind}/{self.engine_kind}"
 
     def _engine_argv(self) -> list[str]:
-        addr = f"tcp://{procs.HOST}:{self.engine_port}"
-        model = str(self.args.model)
+        addr = f"tcp://{HOST}:{self.engine_port}"
+        max_num_seqs = ("--max-num-seqs", str(self.args.max_num_seqs))
         if self.engine_kind == "mock":
-            return [str(BIN / "engine-core"), "--mock", "--frontend-addr", addr,
-                    "--model", model, "--step-time", str(self.args.mock_step_time),
-                    "--max-num-seqs", str(self.args.max_num_seqs),
-                    "--max-model-len", str(MAX_MODEL_LEN),
-                    "--control-addr", self.control_addr]
-        return [str(BIN / "engine-core"), "--model", model, "--frontend-addr", addr,
-                "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
-                "--max-num-seqs", str(self.args.max_num_seqs)]
+            return mock_engine_command(addr, self.args.model,
+                                       "--step-time", str(self.args.mock_step_time),
+                                       *max_num_seqs, "--max-model-len", str(MAX_MODEL_LEN),
+                                       control_addr=self.control_addr)
+        return real_engine_command(self.args.model, addr, *MODEL_ARGS, *max_num_seqs)
 
     def _frontend_argv(self) -> tuple[list[str], dict[str, str]]:
-        model = str(self.args.model)
         if self.frontend_kind == "ours":
-            return ([str(BIN / "frontend"), "--engine-addr",
-                     f"tcp://{procs.HOST}:{self.engine_port}", "--model", model,
-                     "--served-model-name", SERVED, "--host", procs.HOST,
-                     "--port", str(self.port), "--engine-state-file", "",
-                     *self.args.ours_arg], {})
+            return (frontend_command(f"tcp://{HOST}:{self.engine_port}", self.args.model,
+                                     self.port, *self.args.ours_arg), {})
         env = {**CPU_ENV, **(rust_frontend.SERVE_ENV if self.frontend_kind == "rust" else {})}
-        return ([str(BIN / "vllm"), "serve", model,
-                 "--data-parallel-size", "1", "--data-parallel-size-local", "0",
-                 "--data-parallel-address", procs.HOST,
-                 "--data-parallel-rpc-port", str(self.engine_port),
-                 "--host", procs.HOST, "--port", str(self.port),
-                 "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
-                 "--served-model-name", SERVED, *VLLM_FRONTEND_FLAGS,
-                 *self.args.vllm_arg], env)
+        return (api_server_command(self.args.model, self.engine_port, self.port,
+                                   *VLLM_FRONTEND_FLAGS, *self.args.vllm_arg), env)
 
     def start(self) -> dict[str, Any]:
         self.launch()
@@ -217,8 +209,8 @@ class Stack:
 
     def wait_serving(self) -> dict[str, Any]:
         a = self.args
-        serving = procs.wait_healthy(self.url, [self.engine, self.frontend],
-                                     timeout=a.start_timeout)
+        serving = wait_healthy(self.url, [self.engine, self.frontend], timeout=a.start_timeout,
+                               poll=0.005)
         info: dict[str, Any] = {
             "frontend_command": shlex.join(self.frontend.argv),
             "engine_command": shlex.join(self.engine.argv),
@@ -351,15 +343,15 @@ def warm_up(client: Client, frontend: str) -> None:
 # ------------------------------------------------------------------ ceiling
 def loadgen_ceiling(args: argparse.Namespace, prompts: list[str], logdir: Path,
                     label: str) -> list[dict[str, Any]]:
-    port = procs.free_port()
+    port = free_port()
     server = procs.Proc("trivial server", [sys.executable, "-m", "tools.bench.trivial_server",
                                            "--port", str(port)],
                         args.frontend_cpu, logdir / f"trivial-server-{label}.log",
                         nice=args.nice)
     out = []
     try:
-        procs.wait_healthy_tcp(procs.HOST, port, 10)
-        client = Client(procs.HOST, port, prompts, model=SERVED)
+        wait_listening(HOST, port, 10)
+        client = Client(HOST, port, prompts, model=SERVED)
         for w in (Workload("stream-c1", 1), Workload("stream-c64", 64),
                   Workload("stream-c256", 256), Workload("plain-c64", 64, stream=False)):
             r = measure(client, w, args.ceiling_duration, args.max_requests, None,
@@ -384,14 +376,14 @@ def floor(args: argparse.Namespace, prompts: list[str], logdir: Path,
     for st, w in floor_points(args):
         by_step.setdefault(st, []).append(w)
     for st, loads in by_step.items():
-        port = procs.free_port()
+        port = free_port()
         server = procs.Proc("trivial server", [
             sys.executable, "-m", "tools.bench.trivial_server", "--port", str(port),
             "--step-time", str(st)], args.frontend_cpu,
             logdir / f"trivial-server-r{rep}-{st * 1000:g}ms.log", nice=args.nice)
         try:
-            procs.wait_healthy_tcp(procs.HOST, port, 10)
-            client = Client(procs.HOST, port, prompts, model=SERVED)
+            wait_listening(HOST, port, 10)
+            client = Client(HOST, port, prompts, model=SERVED)
             for w in loads:
                 r = measure(client, w, args.ceiling_duration, args.max_requests, None,
                             extra_pids=[server.pid])
@@ -577,8 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     rust_skipped = rust_available(args)
     if not (args.model / "tokenizer.json").exists():
         log(f"building the tiny model in {args.model}")
-        subprocess.run([sys.executable, str(REPO / "tools" / "make_tiny_model.py"),
-                        str(args.model)], check=True, cwd=REPO)
+        build_tiny_model(args.model)
     os.sched_setaffinity(0, {args.other_cpu})
     if args.nice:
         os.nice(args.nice)
@@ -647,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
                         _report_start(stack, results, rep)
                 clients = {}
                 for s in stacks:
-                    clients[s.frontend_kind] = Client(procs.HOST, s.port, prompts, model=SERVED)
+                    clients[s.frontend_kind] = Client(HOST, s.port, prompts, model=SERVED)
                     warm_up(clients[s.frontend_kind], s.frontend_kind)
                     s.refresh_pids()
                 for j, (step_time, w) in enumerate(points):

@@ -28,7 +28,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from harness.procs import REPO_ROOT
+
 VLLM_VERSION = "0.32.0"
 WHEEL_DIR = REPO_ROOT / "build" / "wheels"
 MEMBER = "vllm/vllm-rs"

@@ -31,39 +31,35 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from engine_core.mock_control import MockControl  # noqa: E402
-from tools.bench import procs  # noqa: E402
-from tools.bench.dp_prefix import tiny_model_dir  # noqa: E402
-from tools.bench.loadgen import Client, Workload, run_point  # noqa: E402
-from tools.bench.prompts import make_prompts  # noqa: E402
-
-SERVED = "tiny"
+from engine_core.mock_control import MockControl
+from harness import procs
+from harness.engines import mock_engine_command
+from harness.frontend import SERVED_NAME, frontend_command
+from harness.models import tiny_model_dir
+from harness.ports import HOST, free_port, free_port_triple
+from harness.waits import wait_healthy
+from tools.bench.loadgen import Client, Workload, run_point
+from tools.bench.prompts import make_prompts
 
 
 class Stack:
     def __init__(self, model: Path, logdir: Path, workers: int, step_time: float) -> None:
-        port = procs.free_port_triple()  # (P+3, P+4 for a second worker: checked below)
-        self.addr = f"tcp://{procs.HOST}:{port}"
-        self.http = procs.free_port()
-        self.control = f"tcp://{procs.HOST}:{procs.free_port()}"
+        port = free_port_triple()  # (P+3, P+4 for a second worker: checked below)
+        self.addr = f"tcp://{HOST}:{port}"
+        self.http = free_port()
+        self.control = f"tcp://{HOST}:{free_port()}"
         tag = f"n{workers}-{time.monotonic_ns()}"
-        self.frontend = procs.Proc("frontend", [
-            str(procs.BIN_DIR / "frontend"), "--engine-addr", self.addr, "--model", str(model),
-            "--served-model-name", SERVED, "--port", str(self.http),
-            "--engine-state-file", "", "--api-server-count", str(workers)],
+        self.frontend = procs.Proc("frontend", frontend_command(
+            self.addr, model, self.http, "--api-server-count", str(workers)),
             None, logdir / f"frontend-{tag}.log")
-        self.engine = procs.Proc("mock", [
-            str(procs.BIN_DIR / "engine-core"), "--mock", "--frontend-addr", self.addr,
-            "--model", str(model), "--control-addr", self.control,
-            "--step-time", str(step_time), "--max-num-seqs", "1024"],
+        self.engine = procs.Proc("mock", mock_engine_command(
+            self.addr, model, "--step-time", str(step_time), "--max-num-seqs", "1024",
+            control_addr=self.control),
             None, logdir / f"mock-{tag}.log")
         self.workers = workers
 
     def wait_ready(self) -> None:
-        procs.wait_healthy(f"http://{procs.HOST}:{self.http}", [self.frontend, self.engine], 120,
-                           poll=0.1)
+        wait_healthy(f"http://{HOST}:{self.http}", [self.frontend, self.engine], 120, poll=0.1)
         if self.workers > 1:
             deadline = time.monotonic() + 120
             while "frontend workers" not in self.frontend.log_path.read_text(errors="replace"):
@@ -81,7 +77,7 @@ class Stack:
 
 def measure(stack: Stack, prompts: list[str], workload: Workload, seconds: float,
             max_requests: int) -> dict:
-    client = Client(procs.HOST, stack.http, prompts, model=SERVED)
+    client = Client(HOST, stack.http, prompts, model=SERVED_NAME)
     marks: dict[str, float] = {}
 
     def start() -> None:

@@ -1,24 +1,21 @@
-"""Processes for the benchmark: engines and frontends, pinned with taskset, and
-their CPU time and memory read from /proc (Linux only)."""
+"""Processes the harness starts: a process group of its own, logging to a file,
+optionally pinned with taskset; and their CPU time and memory read from /proc
+(Linux only)."""
 
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Sequence
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The virtual environment's scripts: frontend, engine-core, vllm.
 BIN_DIR = Path(sys.executable).parent
-HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -104,34 +101,23 @@ def loadavg() -> list[float]:
     return [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]]
 
 
-# ------------------------------------------------------------------ ports
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def free_port_triple() -> int:
-    """P..P+4 free and below the ephemeral range (our frontend binds P+1, P+2, and
-    a second worker P+3, P+4)."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(500):
-        port = random.randrange(20000, low - 5)
-        if all(_port_free(p) for p in range(port, port + 5)):
-            return port
-    raise RuntimeError("no five consecutive free ports")
-
-
 # ------------------------------------------------------------------ processes
+def spawn(argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None
+          ) -> subprocess.Popen:
+    """``argv`` in the repository, in a session (process group) of its own, its
+    output in ``log_path``; ``env`` is added to this process's environment."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(list(argv), cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, **(env or {})})
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
 class Proc:
     """A process group started with ``taskset -c CPU``, logging to a file."""
 
@@ -144,12 +130,9 @@ class Proc:
         if nice:
             self.argv = ["nice", "-n", str(nice), *self.argv]
         self.log_path = log_path
-        self.log = open(log_path, "wb")
         self.t_start = time.monotonic()
         self.wall_start = time.time()
-        self.proc = subprocess.Popen(self.argv, cwd=REPO_ROOT, stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, **(env or {})})
+        self.proc = spawn(self.argv, log_path, env)
         self.pid = self.proc.pid
 
     def alive(self) -> bool:
@@ -159,65 +142,32 @@ class Proc:
         return tree(self.pid) if self.alive() else []
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, n)
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # whatever is left of the group
-            os.killpg(self.pid, signal.SIGKILL)
+        stop_group(self.proc, timeout)
+
+
+def stop_group(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM to ``proc``'s process group, SIGKILL to whatever is left of it after
+    ``timeout`` seconds (also after a clean exit of the leader)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         try:
-            self.proc.wait(10)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             pass
-        self.log.close()
-
-
-def http_ok(url: str, timeout: float = 1.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return False
-
-
-def wait_healthy(url: str, procs: Sequence[Proc], timeout: float, poll: float = 0.005
-                 ) -> float:
-    """Poll ``url``/health until 200; returns the wall-clock time (time.time()) it
-    first answered. Fails at once if one of ``procs`` exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for p in procs:
-            if not p.alive():
-                raise RuntimeError(f"{p.name} exited with {p.proc.returncode}:\n{p.log_tail()}")
-        if http_ok(url + "/health", timeout=2.0):
-            return time.time()
-        time.sleep(poll)
-    tails = "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in procs)
-    raise TimeoutError(f"{url} not healthy after {timeout:.0f} s\n{tails}")
-
-
-def wait_healthy_tcp(host: str, port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=1.0):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout} s")
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def wait_log(proc: Proc, needle: str, timeout: float) -> float | None:

@@ -6,7 +6,6 @@ addresses, as systemd would.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -14,23 +13,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from tools.bench import procs
-
-SERVED_NAME = "tiny"
-REAL_ENGINE_ARGS = ("--max-model-len", "1024", "--dtype", "float32")
-
-
-def tiny_model_dir() -> Path:
-    """The tests' tiny model (tests/conftest.py's cache key), built if missing."""
-    from tools.make_tiny_model import build
-
-    builder = procs.REPO_ROOT / "tools" / "make_tiny_model.py"
-    key = hashlib.sha256(builder.read_bytes()).hexdigest()[:12]
-    target = procs.REPO_ROOT / "build" / f"tiny-model-{key}"
-    if not (target / "model.safetensors").exists():
-        log(f"building the tiny model in {target}")
-        build(target)
-    return target
+from harness import procs
+from harness.engines import MODEL_ARGS, mock_engine_command, real_engine_command
+from harness.frontend import frontend_command
+from harness.models import tiny_model_dir
+from harness.ports import HOST, free_port, free_port_triple
+from harness.waits import wait_healthy
 
 
 def log(message: str) -> None:
@@ -56,10 +44,10 @@ class Stack:
         assert engine in ("mock", "real")
         self.kind = engine
         self.workdir = workdir
-        self.model_dir = model_dir or tiny_model_dir()
-        self.engine_addr = f"tcp://{procs.HOST}:{procs.free_port_triple()}"
-        self.port = procs.free_port()
-        self.url = f"http://{procs.HOST}:{self.port}"
+        self.model_dir = model_dir or tiny_model_dir(log)
+        self.engine_addr = f"tcp://{HOST}:{free_port_triple()}"
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}"
         self.frontend_args = list(frontend_args)
         self.engine_args = list(engine_args)
         self.mock_step_time = mock_step_time
@@ -70,13 +58,11 @@ class Stack:
     # ------------------------------------------------------------ processes
     def start_engine(self) -> procs.Proc:
         """A new engine saying HELLO at the frontend's handshake address."""
-        bin_dir = procs.BIN_DIR
         if self.kind == "mock":
-            argv = [str(bin_dir / "engine-core"), "--mock", "--frontend-addr", self.engine_addr,
-                    "--model", str(self.model_dir), "--step-time", str(self.mock_step_time)]
+            argv = mock_engine_command(self.engine_addr, self.model_dir,
+                                       "--step-time", str(self.mock_step_time))
         else:
-            argv = [str(bin_dir / "engine-core"), "--model", str(self.model_dir),
-                    "--frontend-addr", self.engine_addr, *REAL_ENGINE_ARGS]
+            argv = real_engine_command(self.model_dir, self.engine_addr, *MODEL_ARGS)
         self.starts["engine"] += 1
         self.engine = procs.Proc("engine", [*argv, *self.engine_args], None,
                                  self.workdir / f"engine-{self.starts['engine']}.log")
@@ -84,11 +70,9 @@ class Stack:
 
     def start_frontend(self, *extra: str) -> procs.Proc:
         """A frontend on the same HTTP port, engine addresses and state file."""
-        argv = [str(procs.BIN_DIR / "frontend"), "--engine-addr", self.engine_addr,
-                "--model", str(self.model_dir), "--served-model-name", SERVED_NAME,
-                "--host", "127.0.0.1", "--port", str(self.port), "--enable-debug-endpoints",
-                "--engine-state-file", str(self.workdir / "engine.state"),
-                *self.frontend_args, *extra]
+        argv = frontend_command(self.engine_addr, self.model_dir, self.port,
+                                "--enable-debug-endpoints", *self.frontend_args, *extra,
+                                state_file=self.workdir / "engine.state")
         self.starts["frontend"] += 1
         self.frontend = procs.Proc("frontend", argv, None,
                                    self.workdir / f"frontend-{self.starts['frontend']}.log")
@@ -102,7 +86,7 @@ class Stack:
     def wait_healthy(self, timeout: float = 600.0) -> float:
         """Until /health says 200; the wall-clock time it first did."""
         running = [p for p in (self.frontend, self.engine) if p is not None]
-        return procs.wait_healthy(self.url, running, timeout, poll=0.01)
+        return wait_healthy(self.url, running, timeout, poll=0.01)
 
     def stop(self) -> None:
         for proc in (self.frontend, self.engine):
@@ -147,12 +131,10 @@ class Stack:
         assert self.frontend is not None
         os.killpg(self.frontend.pid, signal.SIGKILL)
         self.frontend.proc.wait(10)
-        self.frontend.log.close()
 
     def frontend_rss(self) -> int:
         assert self.frontend is not None
         return procs.rss_bytes([self.frontend.pid])
-
 
 
 def frontend_has_flag(flag: str) -> bool:
