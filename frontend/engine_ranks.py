@@ -92,6 +92,13 @@ class Rank:
         self.confirming = False  # a utility call asks whether it still lives
         self.hello_to_confirm = False  # ... after a HELLO as it
         self.reconnected = False  # its connection came back: is it its engine's?
+        self.attachment = 0  # counts attaches: a probe's verdict is about one of them
+
+    def asked(self) -> Callable[[], bool]:
+        """For a probe of this attachment: true once it is over (the rank was
+        lost, or a new engine attached as it meanwhile)."""
+        attachment = self.attachment
+        return lambda: not self.alive or self.attachment != attachment
 
     @property
     def routable(self) -> bool:
@@ -304,6 +311,7 @@ class RankLiveness:
         self._cancel_grace(rank)
         rank.ready, rank.alive, rank.stalled, rank.death_reason = ready, True, False, None
         rank.reconnected = False
+        rank.attachment += 1
         rank.last_heard = time.monotonic()
         log.info("engine rank %d attached: vLLM %s, max_model_len %d, dtype %s, "
                  "max_num_seqs %d", rank.index, ready.vllm_version, ready.max_model_len,
@@ -367,14 +375,15 @@ class RankLiveness:
         self._spawn(self._confirm_dead())
 
     async def _confirm_dead(self) -> None:
-        alive = [r for r in self.ranks if r.alive]
+        alive = [(r, r.asked()) for r in self.ranks if r.alive]
         lost = 0
         try:
-            for rank, peer in zip(alive, await asyncio.gather(*(
-                    self._link.probe(r, CONFIRM_S, lambda r=r: not r.alive) for r in alive))):
+            for (rank, over), peer in zip(alive, await asyncio.gather(*(
+                    self._link.probe(r, CONFIRM_S, over) for r, over in alive))):
                 if peer is None:
                     lost += 1
-                    self.lose(rank, DEAD_REASON)
+                    if not over():  # else already lost, or replaced by a new engine
+                        self.lose(rank, DEAD_REASON)
         finally:
             frames, self._dead_frames = self._dead_frames, 0
         if not lost:
@@ -392,13 +401,15 @@ class RankLiveness:
             return
         rank.confirming = True
 
+        over = rank.asked()
+
         async def confirm() -> None:
             try:
-                peer = await self._link.probe(rank, CONFIRM_S, lambda: not rank.alive)
+                peer = await self._link.probe(rank, CONFIRM_S, over)
             finally:
                 rank.confirming = False
             hello, rank.hello_to_confirm = rank.hello_to_confirm, False
-            if not rank.alive:
+            if over():
                 return
             if self._is_engine(rank, peer):
                 if hello:
@@ -462,11 +473,12 @@ class RankLiveness:
         self._spawn(self._confirm_reconnect(rank))
 
     async def _confirm_reconnect(self, rank: Rank) -> None:
+        over = rank.asked()
         try:
-            peer = await self._link.probe(rank, CONFIRM_S, lambda: not rank.alive)
+            peer = await self._link.probe(rank, CONFIRM_S, over)
         finally:
             rank.reconnected = False
-        if not rank.alive:
+        if over():
             return
         if self._is_engine(rank, peer):
             log.info("engine rank %d reconnected", rank.index)
