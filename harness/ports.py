@@ -10,24 +10,25 @@ HOST = "127.0.0.1"
 
 
 def free_port(host: str = HOST) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A free port, drawn below the ephemeral range: a process that binds it
+    only after a slow start (vLLM's server imports for 20-50 s) would otherwise
+    find it taken by some outgoing connection meanwhile."""
+    return _free_run(host, 1)
 
 
 def free_port_triple(host: str = HOST) -> int:
     """A port P with P..P+4 free: the engine link binds input/output at P+1, P+2
-    (and a second frontend worker at P+3, P+4).
+    (and a second frontend worker at P+3, P+4); below the ephemeral range too."""
+    return _free_run(host, 5)
 
-    Drawn below the ephemeral range, so that the engine's own outgoing
-    connections cannot take them before the frontend binds them.
-    """
+
+def _free_run(host: str, count: int) -> int:
     ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     for _ in range(500):
-        port = random.randrange(20000, ephemeral_low - 5)
-        if all(_port_free(host, p) for p in range(port, port + 5)):
+        port = random.randrange(20000, ephemeral_low - count)
+        if all(_port_free(host, p) for p in range(port, port + count)):
             return port
-    raise RuntimeError("no five consecutive free ports")
+    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def _port_free(host: str, port: int) -> bool:
