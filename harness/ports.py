@@ -24,8 +24,10 @@ def free_port_triple(host: str = HOST) -> int:
 
 def _free_run(host: str, count: int) -> int:
     ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    # A host whose ephemeral range starts low: any port, checked below as ever.
+    low, high = (20000, ephemeral_low - count) if ephemeral_low > 21000 else (1024, 65535 - count)
     for _ in range(500):
-        port = random.randrange(20000, ephemeral_low - count)
+        port = random.randrange(low, high)
         if all(_port_free(host, p) for p in range(port, port + count)):
             return port
     raise RuntimeError(f"no {count} consecutive free ports")
