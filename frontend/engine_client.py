@@ -184,6 +184,7 @@ class EngineClient:
         self._output: zmq.Socket | None = None
         self._monitors: list[zmq.Socket] = []
         self._aborts_scheduled = False
+        self._input_recheck = False
         self._utility_calls: dict[int, UtilityCall] = {}
         self._peers_wanted = 0  # probes waiting: read the outputs' sender addresses
         self._tasks: list[asyncio.Task] = []
@@ -322,6 +323,8 @@ class EngineClient:
             return True
         except zmq.ZMQError:
             return False
+        finally:
+            self._recheck_input()
 
     async def probe(self, rank: Rank, timeout: float | None,
                     give_up: Callable[[], bool]) -> str | None:
@@ -341,6 +344,7 @@ class EngineClient:
                     self._input.send_multipart([rank.identity, *frames], zmq.NOBLOCK)
                 except zmq.ZMQError:
                     pass  # EHOSTUNREACH: not connected (yet)
+                self._recheck_input()
                 try:
                     await asyncio.wait_for(asyncio.shield(call.fut), REATTACH_PROBE_S)
                 except asyncio.TimeoutError:
@@ -446,10 +450,25 @@ class EngineClient:
                 send(frame, _NOBLOCK_MORE)
             send(frames[-1], _NOBLOCK)
         except zmq.ZMQError as e:
+            self._recheck_input()
             # EHOSTUNREACH: the rank's input DEALER is gone (ROUTER_MANDATORY).
             self.liveness.suspect(rank)
             raise EngineUnavailableError(f"cannot send to engine rank {rank.index}: "
                                          f"{e}") from e
+        self._recheck_input()
+
+    def _recheck_input(self) -> None:
+        """A send processes the socket's pending commands, and with them can take
+        the edge of its (edge-triggered) FD for a message that arrived meanwhile:
+        a restarted rank's registration would then wait unread for good. Look at
+        the input socket once more after this loop iteration."""
+        if not self._input_recheck:
+            self._input_recheck = True
+            self._loop.call_soon(self._input_rechecked)
+
+    def _input_rechecked(self) -> None:
+        self._input_recheck = False
+        self._on_input_readable()
 
     # ------------------------------------------------------------ receiving
     def _on_output_readable(self) -> None:

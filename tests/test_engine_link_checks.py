@@ -11,11 +11,14 @@ import asyncio
 import time
 
 import pytest
+import zmq
 
 from frontend import engine_ranks
-from frontend.engine_client import EngineAddresses, beyond_loopback, derive_addresses
+from frontend.engine_client import (EngineAddresses, EngineClient, beyond_loopback,
+                                    derive_addresses)
 from frontend.engine_ranks import RankLiveness
 from frontend.engine_rejections import LOG_EVERY_S, REASONS, Rejections
+from harness.ports import HOST, free_port_triple
 from protocol import handshake as hs
 
 READY = hs.ReadyResponse(max_model_len=1024, vllm_version="0.32.0", num_gpu_blocks=8)
@@ -296,3 +299,47 @@ def test_engine_ports_listen_only_where_the_engines_connect():
                                            ["ipc:///x"])) == []
     assert beyond_loopback(derive_addresses("tcp://10.0.0.5:5000")) == [
         "tcp://10.0.0.5:5000", "tcp://10.0.0.5:5001", "tcp://10.0.0.5:5002"]
+
+
+def test_a_registration_that_arrives_during_a_send_is_read():
+    """The input socket's FD is edge-triggered: a send to one rank processes the
+    socket's pending commands and with them can take the edge of a restarted
+    rank's registration that arrived meanwhile. It must still be read (on real
+    engines: a data-parallel rank killed under load came back, registered, and
+    was never attached)."""
+    async def go():
+        port = free_port_triple()
+        client = EngineClient(f"tcp://{HOST}:{port + 1}", f"tcp://{HOST}:{port + 2}",
+                              data_parallel_size=2, on_outputs=lambda batch: None,
+                              on_rank_lost=lambda rank, why: None)
+        client.bind()
+        dealers = []
+        try:
+            for index in (0, 1):
+                client.liveness.hellos[index] = time.monotonic()
+                dealer = zmq.Context.instance().socket(zmq.DEALER)
+                dealer.setsockopt(zmq.IDENTITY, hs.engine_identity(index))
+                dealer.connect(client.input_address)
+                dealers.append(dealer)
+                if index == 0:
+                    dealer.send(hs.encode_ready_response(READY))
+                    await wait_until(lambda: client.ranks[0].alive)
+            # Rank 1 registers while the loop is busy; the next thing the loop
+            # does on the socket is a send to rank 0.
+            dealers[1].send(hs.encode_ready_response(READY))
+            time.sleep(0.3)  # (blocking on purpose: the message lands, unread)
+            assert client.reachable(client.ranks[0])
+            await wait_until(lambda: client.ranks[1].alive)
+        finally:
+            for dealer in dealers:
+                dealer.close(linger=0)
+            await client.close()
+
+    run(go)
+
+
+async def wait_until(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "not true in time"
+        await asyncio.sleep(0.01)
