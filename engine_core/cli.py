@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from engine_core import launcher
 
@@ -15,19 +15,27 @@ engine-core --model MODEL --frontend-addr tcp://HOST:PORT [vllm serve args ...]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="engine-core", usage=USAGE, allow_abbrev=False,
+        prog="engine-core",
+        usage=USAGE,
+        allow_abbrev=False,
         description="Start a headless vLLM 0.32 engine that connects to a frontend "
-                    "bound at --frontend-addr (the frontend's --engine-addr). It runs "
-                    "`vllm serve MODEL --headless --data-parallel-address HOST "
-                    "--data-parallel-rpc-port PORT`; on a CPU-only host it adds small "
-                    "CPU defaults unless given (--distributed-executor-backend uni "
-                    "--enforce-eager --kv-cache-memory-bytes 128M, OMP_NUM_THREADS=1, ...).",
+        "bound at --frontend-addr (the frontend's --engine-addr). It runs "
+        "`vllm serve MODEL --headless --data-parallel-address HOST "
+        "--data-parallel-rpc-port PORT`; on a CPU-only host it adds small "
+        "CPU defaults unless given (--distributed-executor-backend uni "
+        "--enforce-eager --kv-cache-memory-bytes 128M, OMP_NUM_THREADS=1, ...).",
         epilog="All other arguments are passed to `vllm serve` unchanged "
-               "(e.g. --max-model-len 1024 --dtype float32 --disable-log-stats).")
-    parser.add_argument("--model", required=True,
-                        help="model directory (or Hugging Face name) to serve")
-    parser.add_argument("--frontend-addr", required=True, metavar="tcp://HOST:PORT",
-                        help="the frontend's handshake address; the engine connects to it")
+        "(e.g. --max-model-len 1024 --dtype float32 --disable-log-stats).",
+    )
+    parser.add_argument(
+        "--model", required=True, help="model directory (or Hugging Face name) to serve"
+    )
+    parser.add_argument(
+        "--frontend-addr",
+        required=True,
+        metavar="tcp://HOST:PORT",
+        help="the frontend's handshake address; the engine connects to it",
+    )
     return parser
 
 

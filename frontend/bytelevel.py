@@ -22,8 +22,11 @@ REPLACEMENT = "\ufffd"
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte <-> printable-character map, as tokenizers uses it."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars = list(printable)
     extra = 0
     for b in range(256):

@@ -9,7 +9,7 @@ receives it) takes "openai" content, a list of parts; any other takes
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import jinja2
 import jinja2.nodes
@@ -22,8 +22,11 @@ def _loads(node: jinja2.nodes.Node, name: str) -> bool:
 def _item(node: jinja2.nodes.Node, name: str, key: str) -> bool:
     """``name[key]`` or ``name.key``."""
     if isinstance(node, jinja2.nodes.Getitem):
-        return (_loads(node.node, name) and isinstance(node.arg, jinja2.nodes.Const)
-                and node.arg.value == key)
+        return (
+            _loads(node.node, name)
+            and isinstance(node.arg, jinja2.nodes.Const)
+            and node.arg.value == key
+        )
     if isinstance(node, jinja2.nodes.Getattr):
         return _loads(node.node, name) and node.attr == key
     return False
@@ -110,13 +113,16 @@ def _content_loops(root: jinja2.nodes.Template) -> Iterator[jinja2.nodes.For]:
             yield loop
         elif isinstance(it, jinja2.nodes.Name) and it.name in params_by_loop.get(id(loop), ()):
             yield loop
-        elif (id(loop) not in loops_in_macros and isinstance(it, jinja2.nodes.Name)
-              and it.name == "content"):
+        elif (
+            id(loop) not in loops_in_macros
+            and isinstance(it, jinja2.nodes.Name)
+            and it.name == "content"
+        ):
             yield loop
 
 
 def detect_content_format(env: jinja2.Environment, source: str) -> str:
-    """"openai" when the template iterates over message content, else "string"."""
+    """ "openai" when the template iterates over message content, else "string"."""
     try:
         root = env.parse(source)
         next(_content_loops(root))

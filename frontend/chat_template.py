@@ -53,31 +53,83 @@ NO_TEMPLATE_MESSAGE = (
     "As of transformers v4.44, default chat template is no longer allowed, so you must "
     "provide a chat template if the tokenizer does not define one. This model has no "
     "chat template (no chat_template.jinja, no chat_template in tokenizer_config.json): "
-    "start the frontend with --chat-template FILE.")
+    "start the frontend with --chat-template FILE."
+)
 
 # transformers' named special tokens (PreTrainedTokenizerBase.SPECIAL_TOKENS_ATTRIBUTES).
-_NAMED_SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-                         "cls_token", "mask_token")
+_NAMED_SPECIAL_TOKENS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 # apply_chat_template parameters that never reach the template (tokenize=False).
-_TOKENIZATION_KWARGS = frozenset({
-    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
-    "tokenizer_kwargs", "return_assistant_tokens_mask", "conversation", "chat_template",
-    "continue_final_message", "add_generation_prompt"})
+_TOKENIZATION_KWARGS = frozenset(
+    {
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "tokenizer_kwargs",
+        "return_assistant_tokens_mask",
+        "conversation",
+        "chat_template",
+        "continue_final_message",
+        "add_generation_prompt",
+    }
+)
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 
 # vLLM's content-part types (chat_utils.MM_PARSER_MAP): text-like ones and media.
-_TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text",
-               "refusal": "refusal", "thinking": "thinking"}
+_TEXT_PARTS = {
+    "text": "text",
+    "input_text": "text",
+    "output_text": "text",
+    "refusal": "refusal",
+    "thinking": "thinking",
+}
 _SKIP_NONE_PARTS = ("text", "refusal")
-_MEDIA_PARTS = ("image_url", "input_image", "image_embeds", "image_pil", "audio_url",
-                "input_audio", "audio_embeds", "video_url", "video_embeds",
-                "prompt_embeds")
+_MEDIA_PARTS = (
+    "image_url",
+    "input_image",
+    "image_embeds",
+    "image_pil",
+    "audio_url",
+    "input_audio",
+    "audio_embeds",
+    "video_url",
+    "video_embeds",
+    "prompt_embeds",
+)
 _ALL_PART_TYPES = sorted({*_TEXT_PARTS, *_MEDIA_PARTS, "tool_reference"})
 # Keys of the OpenAI content-part shapes; anything else rides along in "openai" format.
-_KNOWN_PART_KEYS = frozenset({
-    "audio_embeds", "audio_url", "closed", "data", "file", "image_embeds", "image_pil",
-    "image_url", "input_audio", "name", "prompt_cache_breakpoint", "refusal", "text",
-    "thinking", "type", "uuid", "video_embeds", "video_url"})
+_KNOWN_PART_KEYS = frozenset(
+    {
+        "audio_embeds",
+        "audio_url",
+        "closed",
+        "data",
+        "file",
+        "image_embeds",
+        "image_pil",
+        "image_url",
+        "input_audio",
+        "name",
+        "prompt_cache_breakpoint",
+        "refusal",
+        "text",
+        "thinking",
+        "type",
+        "uuid",
+        "video_embeds",
+        "video_url",
+    }
+)
 _BILLING_HEADER = "x-anthropic-billing-header"
 
 
@@ -96,6 +148,7 @@ class MessageShapeError(ChatTemplateError):
 
 
 # ---------------------------------------------------------------------------- Jinja
+
 
 class _GenerationTag(jinja2.ext.Extension):
     """``{% generation %}...{% endgeneration %}`` (assistant masks): renders its body."""
@@ -117,11 +170,17 @@ def _raise_exception(message: Any) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
-            separators: Any = None, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: Any = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
     # Jinja's own tojson HTML-escapes and sorts keys; templates expect json.dumps.
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
-                      separators=separators, sort_keys=sort_keys)
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _strftime_now(fmt: str) -> str:
@@ -130,8 +189,8 @@ def _strftime_now(fmt: str) -> str:
 
 def make_environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True,
-        extensions=[_GenerationTag, jinja2.ext.loopcontrols])
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -139,6 +198,7 @@ def make_environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
 
 
 # ---------------------------------------------------------------------------- special tokens
+
 
 def _token_text(value: Any) -> str | None:
     if isinstance(value, str):
@@ -148,8 +208,9 @@ def _token_text(value: Any) -> str | None:
     return None
 
 
-def special_tokens_map(tok_config: dict[str, Any],
-                       fallback: dict[str, Any] | None = None) -> dict[str, str]:
+def special_tokens_map(
+    tok_config: dict[str, Any], fallback: dict[str, Any] | None = None
+) -> dict[str, str]:
     """transformers' ``special_tokens_map``: named tokens plus model-specific ones."""
     tokens: dict[str, str] = {}
     sources = [fallback or {}, tok_config]
@@ -176,6 +237,7 @@ def special_tokens_map(tok_config: dict[str, Any],
 
 # ---------------------------------------------------------------------------- messages
 
+
 def _part_text(part: dict[str, Any], model_name: str) -> tuple[str, Any]:
     """(part type, its text) of a dict content part; raises for media and unknown types."""
     part_type = part.get("type")
@@ -190,7 +252,8 @@ def _part_text(part: dict[str, Any], model_name: str) -> tuple[str, Any]:
         # vLLM's own message (its pydantic schema rejects these first, with param null)
         raise ChatTemplateError(
             f"Unsupported chat content part type: {part_type!r}. "
-            f"Supported types: {', '.join(_ALL_PART_TYPES)}.")
+            f"Supported types: {', '.join(_ALL_PART_TYPES)}."
+        )
     if part_type is None or part.get("uuid") is not None:
         for key in _MEDIA_PARTS:
             if key in part:
@@ -205,7 +268,8 @@ def _unsupported_media(part_type: str, model_name: str) -> ChatTemplateError:
     # vLLM's message, plus what to do about it.
     return ChatTemplateError(
         f"{model_name} is not a multimodal model: content parts of type {part_type!r} "
-        "are not supported; message content must be a string or a list of text parts.")
+        "are not supported; message content must be a string or a list of text parts."
+    )
 
 
 def _strip_billing_header(parts: list[Any]) -> list[Any]:
@@ -227,16 +291,17 @@ def _strip_billing_header(parts: list[Any]) -> list[Any]:
     return out
 
 
-def _parse_message(message: Any, index: int, openai_format: bool,
-                   model_name: str) -> dict[str, Any]:
+def _parse_message(
+    message: Any, index: int, openai_format: bool, model_name: str
+) -> dict[str, Any]:
     if not isinstance(message, dict):
-        raise MessageShapeError("Input should be a valid dictionary",
-                                f"body.messages.{index}")
+        raise MessageShapeError("Input should be a valid dictionary", f"body.messages.{index}")
     role = message.get("role")
     if not isinstance(role, str):
-        raise MessageShapeError("Field required" if role is None
-                                else "Input should be a valid string",
-                                f"body.messages.{index}.role")
+        raise MessageShapeError(
+            "Field required" if role is None else "Input should be a valid string",
+            f"body.messages.{index}.role",
+        )
     content = message.get("content")
     if content is None:
         parts: list[Any] = []
@@ -245,8 +310,10 @@ def _parse_message(message: Any, index: int, openai_format: bool,
     elif isinstance(content, list):
         parts = content
     else:
-        raise MessageShapeError("Input should be a valid string or a list of content parts",
-                                f"body.messages.{index}.content")
+        raise MessageShapeError(
+            "Input should be a valid string or a list of content parts",
+            f"body.messages.{index}.content",
+        )
     if role == "system":
         parts = _strip_billing_header(parts)
 
@@ -256,14 +323,16 @@ def _parse_message(message: Any, index: int, openai_format: bool,
             items.append({"type": "text", "text": part} if openai_format else part)
             continue
         if not isinstance(part, dict):
-            raise MessageShapeError("Input should be a valid dictionary",
-                                    f"body.messages.{index}.content")
+            raise MessageShapeError(
+                "Input should be a valid dictionary", f"body.messages.{index}.content"
+            )
         part_type, text = _part_text(part, model_name)
         if text is None and part_type in _SKIP_NONE_PARTS:
             continue
         if not isinstance(text, str):
-            raise MessageShapeError(f"a {part_type!r} content part needs a string",
-                                    f"body.messages.{index}.content")
+            raise MessageShapeError(
+                f"a {part_type!r} content part needs a string", f"body.messages.{index}.content"
+            )
         if not openai_format:
             items.append(text)
         elif part_type == "tool_reference":
@@ -272,8 +341,7 @@ def _parse_message(message: Any, index: int, openai_format: bool,
             extra = {k: v for k, v in part.items() if k not in _KNOWN_PART_KEYS}
             items.append({"type": "text", "text": text, **extra})
 
-    result: dict[str, Any] = {"role": role,
-                              "content": items if openai_format else "\n".join(items)}
+    result: dict[str, Any] = {"role": role, "content": items if openai_format else "\n".join(items)}
     if role == "assistant":
         tool_calls = message.get("tool_calls")
         if tool_calls is not None and tool_calls != []:  # [] is dropped, like vLLM
@@ -288,8 +356,7 @@ def _parse_message(message: Any, index: int, openai_format: bool,
         if "tool_call_id" in message:
             result["tool_call_id"] = message["tool_call_id"]
         if openai_format and isinstance(result["content"], list):
-            if not any(isinstance(p, dict) and p.get("type") != "text"
-                       for p in result["content"]):
+            if not any(isinstance(p, dict) and p.get("type") != "text" for p in result["content"]):
                 texts = [p.get("text", "") for p in result["content"]]
                 result["content"] = "\n".join(texts)
     if isinstance(message.get("name"), str):
@@ -308,13 +375,13 @@ def _tool_calls(tool_calls: Any) -> list[Any] | None:
     calls = []
     for item in tool_calls:
         if not isinstance(item, dict):
-            raise ChatTemplateError("assistant tool_calls entries must be objects.",
-                                    "tool_calls")
+            raise ChatTemplateError("assistant tool_calls entries must be objects.", "tool_calls")
         function = item.get("function")
         if item.get("type", "function") != "function" or not isinstance(function, dict):
             raise ChatTemplateError(
                 "chat completions only support assistant tool_calls of type 'function'.",
-                "tool_calls")
+                "tool_calls",
+            )
         arguments = function.get("arguments")
         parsed: Any = {}
         if arguments:
@@ -349,8 +416,11 @@ def _developer_to_system(conversation: list[dict[str, Any]]) -> list[dict[str, A
             merge = True
         content = msg.get("content", "")
         if isinstance(content, list):
-            content = "\n".join(p["text"] if isinstance(p, dict) else p for p in content
-                                if isinstance(p, str) or (isinstance(p, dict) and "text" in p))
+            content = "\n".join(
+                p["text"] if isinstance(p, dict) else p
+                for p in content
+                if isinstance(p, str) or (isinstance(p, dict) and "text" in p)
+            )
         if content:
             system_texts.append(content)
     if not merge:
@@ -359,6 +429,7 @@ def _developer_to_system(conversation: list[dict[str, Any]]) -> list[dict[str, A
 
 
 # ---------------------------------------------------------------------------- template
+
 
 class ChatTemplate:
     """One compiled chat template plus what it needs from the tokenizer config."""
@@ -382,17 +453,21 @@ class ChatTemplate:
         if not isinstance(messages, list):
             raise MessageShapeError("Input should be a valid list", "body.messages")
         openai_format = self.content_format == "openai"
-        return [_parse_message(m, i, openai_format, model_name)
-                for i, m in enumerate(messages)]
+        return [_parse_message(m, i, openai_format, model_name) for i, m in enumerate(messages)]
 
-    def render(self, conversation: list[dict[str, Any]], *,
-               add_generation_prompt: bool = True,
-               continue_final_message: bool = False,
-               kwargs: dict[str, Any] | None = None) -> str:
+    def render(
+        self,
+        conversation: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        continue_final_message: bool = False,
+        kwargs: dict[str, Any] | None = None,
+    ) -> str:
         """The prompt text (transformers' ``apply_chat_template(tokenize=False)``)."""
         try:
-            return self._render(conversation, add_generation_prompt,
-                                continue_final_message, kwargs or {})
+            return self._render(
+                conversation, add_generation_prompt, continue_final_message, kwargs or {}
+            )
         except ChatTemplateError:
             raise
         except jinja2.TemplateError as e:
@@ -402,21 +477,28 @@ class ChatTemplate:
         except Exception as e:  # TypeError, ValueError, ... from inside the template
             raise ChatTemplateError(_reason(e)) from e
 
-    def _render(self, conversation: list[dict[str, Any]], add_generation_prompt: bool,
-                continue_final_message: bool, kwargs: dict[str, Any]) -> str:
+    def _render(
+        self,
+        conversation: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+        kwargs: dict[str, Any],
+    ) -> str:
         if self._template is None:
             raise ChatTemplateError(self._syntax_error or "invalid chat template")
         if any(m["role"] == "developer" for m in conversation) and not self.knows_developer_role:
             conversation = _developer_to_system(conversation)
         if not conversation:
-            raise ChatTemplateError("Cannot apply chat template to an empty conversation. "
-                                    "Provide at least one message.")
+            raise ChatTemplateError(
+                "Cannot apply chat template to an empty conversation. Provide at least one message."
+            )
         if continue_final_message and add_generation_prompt:
             raise ChatTemplateError(
                 "continue_final_message and add_generation_prompt are not compatible. Use "
                 "continue_final_message when you want the model to continue the final "
                 "message, and add_generation_prompt when you want to add a header that will "
-                "prompt it to start a new assistant message instead.")
+                "prompt it to start a new assistant message instead."
+            )
         template_vars = dict(self.special_tokens)
         template_vars.update((k, v) for k, v in kwargs.items() if k not in _TOKENIZATION_KWARGS)
         if "messages" in template_vars:
@@ -425,7 +507,8 @@ class ChatTemplate:
         documents = template_vars.pop("documents", None)
         if documents is not None and not all(isinstance(d, dict) for d in documents):
             raise ChatTemplateError(
-                "Documents should be a list of dicts with 'title' and 'text' keys!")
+                "Documents should be a list of dicts with 'title' and 'text' keys!"
+            )
 
         final_text = None
         if continue_final_message:
@@ -434,11 +517,15 @@ class ChatTemplate:
             conversation[-1] = last
             content = last.get("content")
             if content is None:
-                raise ChatTemplateError('continue_final_message is set but the final message '
-                                        'has no "content" to continue!')
+                raise ChatTemplateError(
+                    "continue_final_message is set but the final message "
+                    'has no "content" to continue!'
+                )
             if "content" not in self.source:
-                raise ChatTemplateError('continue_final_message is set to "content" but this '
-                                        'is not an accepted field in the chat_template')
+                raise ChatTemplateError(
+                    'continue_final_message is set to "content" but this '
+                    "is not an accepted field in the chat_template"
+                )
             if isinstance(content, list):
                 blocks = [dict(b) if isinstance(b, dict) else b for b in content]
                 for block in reversed(blocks):
@@ -447,17 +534,22 @@ class ChatTemplate:
                         block["text"] = block["text"] + _CONTINUE_TAG
                         break
                 else:
-                    raise ChatTemplateError("continue_final_message is set but we could not "
-                                            "find any text to continue in the final message!")
+                    raise ChatTemplateError(
+                        "continue_final_message is set but we could not "
+                        "find any text to continue in the final message!"
+                    )
                 last["content"] = blocks
             else:
                 final_text = content
                 last["content"] = content + _CONTINUE_TAG
 
-        rendered = self._template.render(messages=conversation, tools=tools,
-                                         documents=documents,
-                                         add_generation_prompt=add_generation_prompt,
-                                         **template_vars)
+        rendered = self._template.render(
+            messages=conversation,
+            tools=tools,
+            documents=documents,
+            add_generation_prompt=add_generation_prompt,
+            **template_vars,
+        )
         if final_text is not None:
             tag = _CONTINUE_TAG.strip()
             if final_text.strip() not in rendered or tag not in rendered:
@@ -467,9 +559,10 @@ class ChatTemplate:
                     "template deletes portions of the final message. Please verify the chat "
                     "template and final message in your chat to ensure they are compatible."
                     f"Final message to continue: {final_text.strip()}\nRendered chat:\n"
-                    f"{rendered}")
+                    f"{rendered}"
+                )
             at = rendered.rindex(tag)
-            if rendered[at:at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+            if rendered[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
                 rendered = rendered[:at]
             else:
                 rendered = rendered[:at].rstrip()
@@ -488,7 +581,7 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def build(model: "ModelInfo") -> ChatTemplate | None:
+def build(model: ModelInfo) -> ChatTemplate | None:
     """The model's compiled template (~50 ms), None if it has none."""
     if not model.chat_template:
         return None
@@ -499,5 +592,4 @@ def build(model: "ModelInfo") -> ChatTemplate | None:
             fallback = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             fallback = {}
-    return ChatTemplate(model.chat_template,
-                        special_tokens_map(model.tokenizer_config, fallback))
+    return ChatTemplate(model.chat_template, special_tokens_map(model.tokenizer_config, fallback))

@@ -11,9 +11,9 @@ import sys
 import tempfile
 
 from frontend import structured as so
-from frontend.engine_client import beyond_loopback, derive_addresses
-from frontend.lora import parse_lora_modules
+from frontend.engine_addresses import beyond_loopback, derive_addresses
 from frontend.hub import HubOptions
+from frontend.lora import parse_lora_modules
 from frontend.model import ModelInfo, ModelSource, load_model_info
 from frontend.ops import argv as vllm_argv
 from frontend.ops import flags, logs, vllm_flags
@@ -38,93 +38,184 @@ def build_parser() -> argparse.ArgumentParser:
         prog="frontend",
         usage="frontend [serve] [MODEL] [--engine-addr tcp://HOST:PORT] [options]",
         description="OpenAI-compatible HTTP frontend for an unmodified vLLM 0.32 EngineCore. "
-                    "It binds --engine-addr; start the engine with `vllm serve MODEL "
-                    "--headless --data-parallel-address HOST --data-parallel-rpc-port PORT`. "
-                    "Every `vllm serve` flag is accepted, and `--config FILE.yaml`.")
-    p.add_argument("model_tag", nargs="?", default=None, metavar="MODEL",
-                   help="the model (as `vllm serve MODEL`); same as --model")
-    p.add_argument("--engine-addr", default=None,
-                   help="handshake address this frontend binds and the engine connects to "
-                        "(default: tcp://DATA_PARALLEL_ADDRESS:DATA_PARALLEL_RPC_PORT, i.e. "
-                        "tcp://127.0.0.1:29550, where `vllm serve --headless` with the same "
-                        "flags connects)")
-    p.add_argument("--data-parallel-address", "-dpa", default=None,
-                   help="vLLM's flag: the host part of the default --engine-addr "
-                        "(default 127.0.0.1, or --master-addr)")
-    p.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=None,
-                   help="vLLM's flag: the port of the default --engine-addr (default 29550)")
-    p.add_argument("--engine-input-addr", default=None,
-                   help="input socket address (default: engine-addr port + 1)")
-    p.add_argument("--engine-output-addr", default=None,
-                   help="output socket address (default: engine-addr port + 2)")
-    p.add_argument("--engine-state-file", default=None,
-                   help="where the engine's ready response is kept so that a restarted "
-                        "frontend re-attaches to a running engine without a new handshake "
-                        "(default: $XDG_RUNTIME_DIR or /tmp, named after --engine-addr; "
-                        "'' disables)")
-    p.add_argument("--served-model-name", nargs="+", default=None,
-                   help="name(s) clients use in `model` (default: --model)")
+        "It binds --engine-addr; start the engine with `vllm serve MODEL "
+        "--headless --data-parallel-address HOST --data-parallel-rpc-port PORT`. "
+        "Every `vllm serve` flag is accepted, and `--config FILE.yaml`.",
+    )
+    p.add_argument(
+        "model_tag",
+        nargs="?",
+        default=None,
+        metavar="MODEL",
+        help="the model (as `vllm serve MODEL`); same as --model",
+    )
+    p.add_argument(
+        "--engine-addr",
+        default=None,
+        help="handshake address this frontend binds and the engine connects to "
+        "(default: tcp://DATA_PARALLEL_ADDRESS:DATA_PARALLEL_RPC_PORT, i.e. "
+        "tcp://127.0.0.1:29550, where `vllm serve --headless` with the same "
+        "flags connects)",
+    )
+    p.add_argument(
+        "--data-parallel-address",
+        "-dpa",
+        default=None,
+        help="vLLM's flag: the host part of the default --engine-addr "
+        "(default 127.0.0.1, or --master-addr)",
+    )
+    p.add_argument(
+        "--data-parallel-rpc-port",
+        "-dpp",
+        type=int,
+        default=None,
+        help="vLLM's flag: the port of the default --engine-addr (default 29550)",
+    )
+    p.add_argument(
+        "--engine-input-addr",
+        default=None,
+        help="input socket address (default: engine-addr port + 1)",
+    )
+    p.add_argument(
+        "--engine-output-addr",
+        default=None,
+        help="output socket address (default: engine-addr port + 2)",
+    )
+    p.add_argument(
+        "--engine-state-file",
+        default=None,
+        help="where the engine's ready response is kept so that a restarted "
+        "frontend re-attaches to a running engine without a new handshake "
+        "(default: $XDG_RUNTIME_DIR or /tmp, named after --engine-addr; "
+        "'' disables)",
+    )
+    p.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        help="name(s) clients use in `model` (default: --model)",
+    )
     add_model_arguments(p)
     p.add_argument("--chat-template", default=None, help="chat template file or inline text")
-    p.add_argument("--host", default=None,
-                   help="address to listen on (default: all interfaces, as vLLM)")
+    p.add_argument(
+        "--host", default=None, help="address to listen on (default: all interfaces, as vLLM)"
+    )
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-server-count", "-asc", type=int, default=1, metavar="N",
-                   help="frontend processes serving one address (vLLM's flag): a supervisor "
-                        "and N workers, each with its own engine link; connections spread "
-                        "over them (default 1: this process serves)")
+    p.add_argument(
+        "--api-server-count",
+        "-asc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="frontend processes serving one address (vLLM's flag): a supervisor "
+        "and N workers, each with its own engine link; connections spread "
+        "over them (default 1: this process serves)",
+    )
     g = p.add_argument_group("data parallel (several engine ranks)")
-    g.add_argument("--data-parallel-size", "-dp", type=int, default=1, metavar="N",
-                   help="engine ranks (vLLM's flag): wait for N ranks on --engine-addr, "
-                        "route every request to one of them (default 1)")
-    g.add_argument("--dp-routing", choices=POLICIES, default="prefix",
-                   help="prefix: the rank holding the longest cached prefix of the prompt "
-                        "unless it is loaded well above the others; load: the least loaded "
-                        "(default prefix)")
-    p.add_argument("--engine-stall-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="an engine rank that has requests but sends nothing for this long "
-                        "is stalled: its requests end with an error and /health answers "
-                        "503 unless another rank serves; it serves again once it sends "
-                        "(default 60; 0 disables)")
-    p.add_argument("--engine-ready-timeout", type=float,
-                   default=float(os.environ.get("VLLM_ENGINE_READY_TIMEOUT_S", 600)),
-                   help="seconds to wait for the engine at start-up (default 600)")
-    p.add_argument("--max-logprobs", type=int, default=20,
-                   help="largest logprobs/prompt_logprobs a request may ask for; must not "
-                        "exceed the engine's --max-logprobs (default 20)")
-    p.add_argument("--enable-force-include-usage", action=argparse.BooleanOptionalAction,
-                   default=False,
-                   help="add usage to every stream, as if stream_options asked for it")
-    p.add_argument("--shutdown-timeout", type=float, default=30.0,
-                   help="seconds running requests may finish after SIGTERM (default 30)")
-    p.add_argument("--max-stream-buffer", type=int, default=1 << 20,
-                   help="bytes of a stream's output that may wait for a client that does "
-                        "not read before the request is aborted as a slow consumer "
-                        "(default 1 MiB)")
-    p.add_argument("--enable-debug-endpoints", action="store_true",
-                   help="serve GET /debug/state (table size, engine has_work)")
-    p.add_argument("--lora-modules", nargs="+", default=None,
-                   help="LoRA adapters to serve, loaded into the engine at start-up: "
-                        "name=path, or a JSON object {\"name\", \"path\", "
-                        "\"base_model_name\"} per item (vLLM's two forms); the engine "
-                        "must run with --enable-lora and a --max-lora-rank that fits")
-    p.add_argument("--enable-lora", action=argparse.BooleanOptionalAction, default=False,
-                   help="refuse to start unless the engine supports LoRA (implied by "
-                        "--lora-modules); adapters can also be loaded at run time with "
-                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true")
+    g.add_argument(
+        "--data-parallel-size",
+        "-dp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="engine ranks (vLLM's flag): wait for N ranks on --engine-addr, "
+        "route every request to one of them (default 1)",
+    )
+    g.add_argument(
+        "--dp-routing",
+        choices=POLICIES,
+        default="prefix",
+        help="prefix: the rank holding the longest cached prefix of the prompt "
+        "unless it is loaded well above the others; load: the least loaded "
+        "(default prefix)",
+    )
+    p.add_argument(
+        "--engine-stall-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="an engine rank that has requests but sends nothing for this long "
+        "is stalled: its requests end with an error and /health answers "
+        "503 unless another rank serves; it serves again once it sends "
+        "(default 60; 0 disables)",
+    )
+    p.add_argument(
+        "--engine-ready-timeout",
+        type=float,
+        default=float(os.environ.get("VLLM_ENGINE_READY_TIMEOUT_S", 600)),
+        help="seconds to wait for the engine at start-up (default 600)",
+    )
+    p.add_argument(
+        "--max-logprobs",
+        type=int,
+        default=20,
+        help="largest logprobs/prompt_logprobs a request may ask for; must not "
+        "exceed the engine's --max-logprobs (default 20)",
+    )
+    p.add_argument(
+        "--enable-force-include-usage",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="add usage to every stream, as if stream_options asked for it",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=30.0,
+        help="seconds running requests may finish after SIGTERM (default 30)",
+    )
+    p.add_argument(
+        "--max-stream-buffer",
+        type=int,
+        default=1 << 20,
+        help="bytes of a stream's output that may wait for a client that does "
+        "not read before the request is aborted as a slow consumer "
+        "(default 1 MiB)",
+    )
+    p.add_argument(
+        "--enable-debug-endpoints",
+        action="store_true",
+        help="serve GET /debug/state (table size, engine has_work)",
+    )
+    p.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=None,
+        help="LoRA adapters to serve, loaded into the engine at start-up: "
+        'name=path, or a JSON object {"name", "path", '
+        '"base_model_name"} per item (vLLM\'s two forms); the engine '
+        "must run with --enable-lora and a --max-lora-rank that fits",
+    )
+    p.add_argument(
+        "--enable-lora",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="refuse to start unless the engine supports LoRA (implied by "
+        "--lora-modules); adapters can also be loaded at run time with "
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true",
+    )
     p.add_argument("--log-level", default=os.environ.get("FRONTEND_LOG_LEVEL", "info"))
     tools = p.add_argument_group("tool calling and reasoning (vLLM's flags)")
-    tools.add_argument("--enable-auto-tool-choice", action=argparse.BooleanOptionalAction,
-                       default=False,
-                       help='parse tool calls out of the output (tool_choice "auto", '
-                            '"required", named); needs --tool-call-parser')
-    tools.add_argument("--tool-call-parser", default=None, metavar="{" + ",".join(TOOL_PARSERS)
-                       + "}", help="the model's tool call format (used with "
-                                   "--enable-auto-tool-choice)")
-    tools.add_argument("--reasoning-parser", default=None,
-                       metavar="{" + ",".join(REASONING_PARSERS) + "}",
-                       help="split the model's reasoning from its answer (the `reasoning` "
-                            "field); same as --structured-outputs-config.reasoning_parser")
+    tools.add_argument(
+        "--enable-auto-tool-choice",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help='parse tool calls out of the output (tool_choice "auto", '
+        '"required", named); needs --tool-call-parser',
+    )
+    tools.add_argument(
+        "--tool-call-parser",
+        default=None,
+        metavar="{" + ",".join(TOOL_PARSERS) + "}",
+        help="the model's tool call format (used with --enable-auto-tool-choice)",
+    )
+    tools.add_argument(
+        "--reasoning-parser",
+        default=None,
+        metavar="{" + ",".join(REASONING_PARSERS) + "}",
+        help="split the model's reasoning from its answer (the `reasoning` "
+        "field); same as --structured-outputs-config.reasoning_parser",
+    )
     so.add_arguments(p)
     flags.add_arguments(p)
     vllm_flags.add_arguments(p)  # last: every vLLM flag not defined above
@@ -134,37 +225,71 @@ def build_parser() -> argparse.ArgumentParser:
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """Where the model's tokenizer and configs come from: vLLM's flags."""
     g = p.add_argument_group("model and tokenizer (vLLM's flags)")
-    g.add_argument("--model", default=None,
-                   help="a local Hugging Face model directory or a Hub id, resolved through "
-                        "the Hugging Face cache as vLLM does (HF_HOME, HF_HUB_OFFLINE, "
-                        "HF_TOKEN); the frontend reads its tokenizer and configs, not its "
-                        f"weights (default: MODEL, else {DEFAULT_MODEL}, as vLLM)")
-    g.add_argument("--tokenizer", default=None,
-                   help="tokenizer directory or Hub id (default: the model)")
-    g.add_argument("--tokenizer-mode", default="auto", type=str.lower,
-                   help="auto (default: mistral for a Mistral-format repository, else hf), "
-                        "hf (tokenizer.json, or a sentencepiece or tiktoken tokenizer.model "
-                        "converted at start), mistral (tekken.json via mistral_common)")
-    g.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction,
-                   default=False,
-                   help="allow a tokenizer_config.json that names custom tokenizer code "
-                        "(served from its tokenizer.json; the code itself is not run)")
-    g.add_argument("--revision", default=None, type=_optional_str,
-                   help="Hub revision (branch, tag or commit) of the model")
-    g.add_argument("--tokenizer-revision", default=None, type=_optional_str,
-                   help="Hub revision of the tokenizer (default: --revision)")
-    g.add_argument("--download-dir", default=None, type=_optional_str,
-                   help="Hugging Face cache directory to use instead of the default")
-    g.add_argument("--hf-token", nargs="?", const=True, default=None,
-                   help="token for the Hub (default: $HF_TOKEN or the stored login; bare "
-                        "flag: the stored login)")
-    g.add_argument("--generation-config", default="auto",
-                   help="sampling defaults: auto (the model's generation_config.json), "
-                        "vllm (none), or a directory with a generation_config.json")
-    g.add_argument("--override-generation-config", type=json_object, default={},
-                   metavar="JSON",
-                   help='sampling defaults over the generation config, e.g. '
-                        '\'{"temperature": 0.5}\'')
+    g.add_argument(
+        "--model",
+        default=None,
+        help="a local Hugging Face model directory or a Hub id, resolved through "
+        "the Hugging Face cache as vLLM does (HF_HOME, HF_HUB_OFFLINE, "
+        "HF_TOKEN); the frontend reads its tokenizer and configs, not its "
+        f"weights (default: MODEL, else {DEFAULT_MODEL}, as vLLM)",
+    )
+    g.add_argument(
+        "--tokenizer", default=None, help="tokenizer directory or Hub id (default: the model)"
+    )
+    g.add_argument(
+        "--tokenizer-mode",
+        default="auto",
+        type=str.lower,
+        help="auto (default: mistral for a Mistral-format repository, else hf), "
+        "hf (tokenizer.json, or a sentencepiece or tiktoken tokenizer.model "
+        "converted at start), mistral (tekken.json via mistral_common)",
+    )
+    g.add_argument(
+        "--trust-remote-code",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="allow a tokenizer_config.json that names custom tokenizer code "
+        "(served from its tokenizer.json; the code itself is not run)",
+    )
+    g.add_argument(
+        "--revision",
+        default=None,
+        type=_optional_str,
+        help="Hub revision (branch, tag or commit) of the model",
+    )
+    g.add_argument(
+        "--tokenizer-revision",
+        default=None,
+        type=_optional_str,
+        help="Hub revision of the tokenizer (default: --revision)",
+    )
+    g.add_argument(
+        "--download-dir",
+        default=None,
+        type=_optional_str,
+        help="Hugging Face cache directory to use instead of the default",
+    )
+    g.add_argument(
+        "--hf-token",
+        nargs="?",
+        const=True,
+        default=None,
+        help="token for the Hub (default: $HF_TOKEN or the stored login; bare "
+        "flag: the stored login)",
+    )
+    g.add_argument(
+        "--generation-config",
+        default="auto",
+        help="sampling defaults: auto (the model's generation_config.json), "
+        "vllm (none), or a directory with a generation_config.json",
+    )
+    g.add_argument(
+        "--override-generation-config",
+        type=json_object,
+        default={},
+        metavar="JSON",
+        help="sampling defaults over the generation config, e.g. '{\"temperature\": 0.5}'",
+    )
 
 
 def _optional_str(text: str) -> str | None:
@@ -182,8 +307,11 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
     args.model = args.model_tag or args.model or DEFAULT_MODEL  # vLLM: the positional wins
     if args.engine_addr is None:
         # vLLM's headless engine: --data-parallel-address, else --master-addr
-        host = (args.data_parallel_address or vllm_flags.recorded(args).engine.get("master_addr")
-                or "127.0.0.1")
+        host = (
+            args.data_parallel_address
+            or vllm_flags.recorded(args).engine.get("master_addr")
+            or "127.0.0.1"
+        )
         args.engine_addr = f"tcp://{host}:{args.data_parallel_rpc_port or 29550}"
     return args
 
@@ -194,8 +322,9 @@ def runtime_lora_updating() -> bool:
     return value.strip().lower() in ("1", "true")
 
 
-def tooling_from_args(args: argparse.Namespace, model: ModelInfo
-                      ) -> tuple[so.StructuredOutputsConfig, ChatParsers | None]:
+def tooling_from_args(
+    args: argparse.Namespace, model: ModelInfo
+) -> tuple[so.StructuredOutputsConfig, ChatParsers | None]:
     """The structured-outputs config and the chat parsers, checked as vLLM checks
     them at start-up. Raises ValueError with a message for the command line."""
     config = so.config_from_args(args)
@@ -207,8 +336,11 @@ def tooling_from_args(args: argparse.Namespace, model: ModelInfo
     tool_parser = args.tool_call_parser if args.enable_auto_tool_choice else None
     if not tool_parser and not config.reasoning_parser:
         return config, None
-    parsers = ChatParsers(ParserTokenizer.from_model(model), tool_parser=tool_parser,
-                          reasoning_parser=config.reasoning_parser or None)
+    parsers = ChatParsers(
+        ParserTokenizer.from_model(model),
+        tool_parser=tool_parser,
+        reasoning_parser=config.reasoning_parser or None,
+    )
     return config, parsers
 
 
@@ -227,39 +359,50 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     exposed = beyond_loopback(addresses)
     if exposed:
-        log.warning("the engine link listens beyond this host (%s): it has no "
-                    "authentication, so firewall these ports to the engine hosts (README: "
-                    "Network isolation); for engines on this host use ipc:// addresses",
-                    ", ".join(exposed))
+        log.warning(
+            "the engine link listens beyond this host (%s): it has no "
+            "authentication, so firewall these ports to the engine hosts (README: "
+            "Network isolation); for engines on this host use ipc:// addresses",
+            ", ".join(exposed),
+        )
     if args.api_server_count > 1:
         from frontend.supervisor import Supervisor
+
         return Supervisor(argv, args, addresses, config.shutdown_timeout, worker_main).run()
     return serve(model, addresses, config)
 
 
 def model_source(args: argparse.Namespace) -> ModelSource:
     return ModelSource(
-        tokenizer_mode=args.tokenizer_mode, revision=args.revision,
+        tokenizer_mode=args.tokenizer_mode,
+        revision=args.revision,
         tokenizer_revision=args.tokenizer_revision,
         hub=HubOptions(download_dir=args.download_dir, token=args.hf_token),
-        trust_remote_code=args.trust_remote_code, generation_config=args.generation_config,
-        override_generation_config=args.override_generation_config)
+        trust_remote_code=args.trust_remote_code,
+        generation_config=args.generation_config,
+        override_generation_config=args.override_generation_config,
+    )
 
 
-def announce(args: argparse.Namespace, ops_config: flags.OpsConfig,
-             recorded: vllm_flags.RecordedFlags) -> None:
+def announce(
+    args: argparse.Namespace, ops_config: flags.OpsConfig, recorded: vllm_flags.RecordedFlags
+) -> None:
     """The start-up lines about flags: once, by the process that was started."""
     if recorded.engine:
-        log.info("engine flags: not used by the frontend: %s",
-                 recorded.describe(recorded.engine))
+        log.info("engine flags: not used by the frontend: %s", recorded.describe(recorded.engine))
     if recorded.server:
-        log.warning("vllm serve flags this frontend does not implement (ignored): %s",
-                    recorded.describe(recorded.server))
+        log.warning(
+            "vllm serve flags this frontend does not implement (ignored): %s",
+            recorded.describe(recorded.server),
+        )
     if not ops_config.uds and not args.host.startswith(LOOPBACK) and not ops_config.api_keys:
-        log.warning("listening on %s:%d (%s) without --api-key: anyone who can reach this "
-                    "host can use the API (give --api-key, or --host 127.0.0.1)", args.host,
-                    args.port, "all interfaces" if args.host == ALL_INTERFACES else "beyond "
-                    "loopback")
+        log.warning(
+            "listening on %s:%d (%s) without --api-key: anyone who can reach this "
+            "host can use the API (give --api-key, or --host 127.0.0.1)",
+            args.host,
+            args.port,
+            "all interfaces" if args.host == ALL_INTERFACES else "beyond loopback",
+        )
 
 
 def prepare(args: argparse.Namespace, *, first: bool = True):
@@ -280,13 +423,22 @@ def prepare(args: argparse.Namespace, *, first: bool = True):
     if args.api_server_count > 1 and runtime_lora_updating():
         # (each process would allocate its own adapter ids, as in vLLM, which
         # refuses the same combination)
-        raise ValueError("VLLM_ALLOW_RUNTIME_LORA_UPDATING cannot be used with "
-                         "--api-server-count > 1")
-    addresses = derive_addresses(args.engine_addr, args.engine_input_addr,
-                                 args.engine_output_addr, clients=args.api_server_count)
-    model = load_model_info(args.model, tokenizer_dir=args.tokenizer,
-                            served_names=args.served_model_name,
-                            chat_template_path=args.chat_template, source=model_source(args))
+        raise ValueError(
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING cannot be used with --api-server-count > 1"
+        )
+    addresses = derive_addresses(
+        args.engine_addr,
+        args.engine_input_addr,
+        args.engine_output_addr,
+        clients=args.api_server_count,
+    )
+    model = load_model_info(
+        args.model,
+        tokenizer_dir=args.tokenizer,
+        served_names=args.served_model_name,
+        chat_template_path=args.chat_template,
+        source=model_source(args),
+    )
     so_config, parsers = tooling_from_args(args, model)
     if args.data_parallel_size < 1:
         raise ValueError("--data-parallel-size must be at least 1")
@@ -295,29 +447,41 @@ def prepare(args: argparse.Namespace, *, first: bool = True):
             f"{args.model} is a mixture-of-experts model ({model.num_experts} experts): "
             "its data-parallel ranks must step together in waves driven by vLLM's DP "
             "coordinator, which this frontend does not implement. Run it with "
-            "--data-parallel-size 1 per frontend, or behind vLLM's own API server")
+            "--data-parallel-size 1 per frontend, or behind vLLM's own API server"
+        )
     state_file = args.engine_state_file
     if state_file is None:
         safe = re.sub(r"[^A-Za-z0-9]+", "_", args.engine_addr).strip("_")
-        state_file = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(),
-                                  f"vllm-frontend-{safe}.state")
+        state_file = os.path.join(
+            os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir(),
+            f"vllm-frontend-{safe}.state",
+        )
     config = ServerConfig(
-        host=args.host, port=args.port, engine_ready_timeout=args.engine_ready_timeout,
-        shutdown_timeout=args.shutdown_timeout, engine_state_file=state_file or None,
+        host=args.host,
+        port=args.port,
+        engine_ready_timeout=args.engine_ready_timeout,
+        shutdown_timeout=args.shutdown_timeout,
+        engine_state_file=state_file or None,
         max_request_body=args.max_request_body_size,
-        data_parallel_size=args.data_parallel_size, dp_routing=args.dp_routing,
+        data_parallel_size=args.data_parallel_size,
+        dp_routing=args.dp_routing,
         engine_stall_timeout=max(args.engine_stall_timeout, 0.0),
         num_clients=args.api_server_count,
-        serving=ServingConfig(max_logprobs=args.max_logprobs,
-                              force_include_usage=args.enable_force_include_usage,
-                              max_stream_buffer=args.max_stream_buffer,
-                              enable_debug_endpoints=args.enable_debug_endpoints,
-                              runtime_lora_updating=runtime_lora_updating(),
-                              trace_requests=bool(ops_config.otlp_traces_endpoint),
-                              structured_outputs=so_config),
-        ops=ops_config, lora_modules=lora_modules,
-        require_lora=args.enable_lora or bool(lora_modules), parsers=parsers,
-        vllm_flags=recorded)
+        serving=ServingConfig(
+            max_logprobs=args.max_logprobs,
+            force_include_usage=args.enable_force_include_usage,
+            max_stream_buffer=args.max_stream_buffer,
+            enable_debug_endpoints=args.enable_debug_endpoints,
+            runtime_lora_updating=runtime_lora_updating(),
+            trace_requests=bool(ops_config.otlp_traces_endpoint),
+            structured_outputs=so_config,
+        ),
+        ops=ops_config,
+        lora_modules=lora_modules,
+        require_lora=args.enable_lora or bool(lora_modules),
+        parsers=parsers,
+        vllm_flags=recorded,
+    )
     return model, addresses, config
 
 
@@ -330,6 +494,7 @@ def serve(model, addresses, config: ServerConfig) -> int:
         print(f"frontend: {e}", file=sys.stderr)
         return 2
     import uvloop
+
     return uvloop.run(_run(Server(model, addresses, config, tracer)))
 
 
@@ -340,9 +505,13 @@ def worker_main(spec: WorkerSpec) -> None:
     model, addresses, config = prepare(parse_args(build_parser(), spec.argv), first=False)
     state_file = config.engine_state_file
     config = dataclasses.replace(
-        config, client_index=spec.index, shared=spec.shared,
-        handoff=spec.handoff, metrics_dir=spec.metrics_dir,
-        engine_state_file=f"{state_file}.w{spec.index}" if state_file else None)
+        config,
+        client_index=spec.index,
+        shared=spec.shared,
+        handoff=spec.handoff,
+        metrics_dir=spec.metrics_dir,
+        engine_state_file=f"{state_file}.w{spec.index}" if state_file else None,
+    )
     sys.exit(serve(model, addresses, config))
 
 

@@ -27,8 +27,9 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import zmq
 
@@ -36,7 +37,6 @@ from frontend.engine_ranks import Rank, RankLiveness
 from frontend.engine_rejections import Rejections
 from protocol import handshake as hs
 from protocol import wire
-from protocol.errors import ProtocolError
 
 log = logging.getLogger("frontend.engine")
 
@@ -54,9 +54,13 @@ OUTPUT_RCVHWM = 10_000
 # keepalive answers while idle) is closed after about this long, so that its
 # stale route cannot block the rank's restarted engine.
 TCP_TIMEOUT_MS = 30_000
-TCP_KEEPALIVE = ((zmq.TCP_KEEPALIVE, 1), (zmq.TCP_KEEPALIVE_IDLE, 10),
-                 (zmq.TCP_KEEPALIVE_INTVL, 5), (zmq.TCP_KEEPALIVE_CNT, 4),
-                 (zmq.TCP_MAXRT, TCP_TIMEOUT_MS))
+TCP_KEEPALIVE = (
+    (zmq.TCP_KEEPALIVE, 1),
+    (zmq.TCP_KEEPALIVE_IDLE, 10),
+    (zmq.TCP_KEEPALIVE_INTVL, 5),
+    (zmq.TCP_KEEPALIVE_CNT, 4),
+    (zmq.TCP_MAXRT, TCP_TIMEOUT_MS),
+)
 # zmq's flags as plain ints: combining its enum members costs microseconds,
 # which counts on paths run per request and per engine message.
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -80,89 +84,25 @@ class UtilityCall:
     peer: str = ""
 
 
-@dataclass(frozen=True)
-class EngineAddresses:
-    handshake: str
-    inputs: list[str]   # one per frontend client, index = client_index
-    outputs: list[str]
-
-
-def derive_addresses(engine_addr: str, input_addr: str | None = None,
-                     output_addr: str | None = None, clients: int = 1) -> EngineAddresses:
-    """Input/output addresses next to the handshake address, so they are stable.
-
-    Stable addresses let a restarted frontend be found again by running
-    engines (their DEALER/PUSH reconnect by themselves). Client ``i`` of
-    several (``--api-server-count``) gets the pair ``2 i`` ports further (TCP)
-    or ``-i`` appended (IPC).
-    """
-    if engine_addr.startswith("tcp://"):
-        host, port = _host_port("--engine-addr", engine_addr)
-        input_addr = input_addr or f"tcp://{host}:{port + 1}"
-        output_addr = output_addr or f"tcp://{host}:{port + 2}"
-    elif engine_addr.startswith("ipc://"):
-        input_addr = input_addr or engine_addr + "-input"
-        output_addr = output_addr or engine_addr + "-output"
-    else:
-        raise ValueError(f"--engine-addr must be tcp://HOST:PORT or ipc://PATH, "
-                         f"got {engine_addr!r}")
-    for flag, address in (("--engine-input-addr", input_addr),
-                          ("--engine-output-addr", output_addr)):
-        if address.startswith("tcp://"):
-            _host_port(flag, address)
-        elif not address.startswith("ipc://"):
-            raise ValueError(f"{flag} must be tcp://HOST:PORT or ipc://PATH, got {address!r}")
-    return EngineAddresses(engine_addr,
-                           [_nth(input_addr, i) for i in range(clients)],
-                           [_nth(output_addr, i) for i in range(clients)])
-
-
-def _host_port(flag: str, address: str) -> tuple[str, int]:
-    """HOST and PORT of a tcp:// address the engines are sent: a concrete host,
-    so that the port listens only where the engines connect."""
-    host, _, port = address[len("tcp://"):].rpartition(":")
-    if not port.isdigit() or not host:
-        raise ValueError(f"{flag} must be tcp://HOST:PORT, got {address!r}")
-    if host in ("*", "0.0.0.0", "[::]", "::"):
-        raise ValueError(
-            f"{flag} needs a concrete address the engine can reach (it is also sent to "
-            f"the engine, and the port listens there only), not {host}")
-    return host, int(port)
-
-
-def beyond_loopback(addresses: EngineAddresses) -> list[str]:
-    """The engine addresses that listen beyond this host (TCP, not loopback):
-    anyone who reaches them can speak to the engine link."""
-    out = []
-    for address in (addresses.handshake, *addresses.inputs, *addresses.outputs):
-        if address.startswith("tcp://"):
-            host = address[len("tcp://"):].rpartition(":")[0].strip("[]")
-            if not (host == "localhost" or host == "::1" or host.startswith("127.")):
-                out.append(address)
-    return out
-
-
-def _nth(address: str, i: int) -> str:
-    if i == 0:
-        return address
-    if address.startswith("tcp://"):
-        host, _, port = address.rpartition(":")
-        return f"{host}:{int(port) + 2 * i}"
-    return f"{address}-{i}"
-
-
 class EngineClient:
     """Owns the sockets; knows nothing about HTTP or what requests mean."""
 
-    def __init__(self, input_address: str, output_address: str, *,
-                 data_parallel_size: int = 1, client_index: int = 0,
-                 on_outputs: Callable[[list[wire.StepOutputs]], None],
-                 on_rank_lost: Callable[[int, str], None],
-                 on_rank_attached: Callable[[int, hs.ReadyResponse], None] | None = None,
-                 in_flight: Callable[[int], int] | None = None,
-                 stall_timeout: float = 0.0, state_file: str | None = None,
-                 hellos: Sequence[float] | None = None,
-                 handshake_window: float = 600.0) -> None:
+    def __init__(
+        self,
+        input_address: str,
+        output_address: str,
+        *,
+        data_parallel_size: int = 1,
+        client_index: int = 0,
+        on_outputs: Callable[[list[wire.StepOutputs]], None],
+        on_rank_lost: Callable[[int, str], None],
+        on_rank_attached: Callable[[int, hs.ReadyResponse], None] | None = None,
+        in_flight: Callable[[int], int] | None = None,
+        stall_timeout: float = 0.0,
+        state_file: str | None = None,
+        hellos: Sequence[float] | None = None,
+        handshake_window: float = 600.0,
+    ) -> None:
         """``hellos``: when each rank said HELLO (the handshake server's record);
         a rank registers within ``handshake_window`` seconds after it."""
         self.input_address = input_address
@@ -171,10 +111,17 @@ class EngineClient:
         self.client_index = client_index
         self.rejections = Rejections()
         self.liveness = RankLiveness(
-            data_parallel_size, self, on_rank_lost=on_rank_lost,
-            on_rank_attached=on_rank_attached, in_flight=in_flight,
-            stall_timeout=stall_timeout, state_file=state_file, hellos=hellos,
-            window_s=handshake_window, reject=self.rejections)
+            data_parallel_size,
+            self,
+            on_rank_lost=on_rank_lost,
+            on_rank_attached=on_rank_attached,
+            in_flight=in_flight,
+            stall_timeout=stall_timeout,
+            state_file=state_file,
+            hellos=hellos,
+            window_s=handshake_window,
+            reject=self.rejections,
+        )
         self.ranks = self.liveness.ranks
         self._on_outputs = on_outputs
         self.num_aborts_sent = 0  # engine ids in ABORT messages sent (for /metrics)
@@ -223,8 +170,7 @@ class EngineClient:
     # ------------------------------------------------------------ start-up
     def bind(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._input = self._socket(zmq.ROUTER, self.input_address, INPUT_RCVHWM,
-                                   TCP_KEEPALIVE)
+        self._input = self._socket(zmq.ROUTER, self.input_address, INPUT_RCVHWM, TCP_KEEPALIVE)
         # A ROUTER silently drops messages for an unknown peer; make it raise.
         self._input.setsockopt(zmq.ROUTER_MANDATORY, 1)
         # (ROUTER_HANDOVER stays off but in a handshake window: set_handover)
@@ -240,11 +186,16 @@ class EngineClient:
         self._on_output_readable()
         self._on_input_readable()
         self._on_monitor_readable()
-        log.info("engine link (client %d): input %s, output %s", self.client_index,
-                 self.input_address, self.output_address)
+        log.info(
+            "engine link (client %d): input %s, output %s",
+            self.client_index,
+            self.input_address,
+            self.output_address,
+        )
 
-    def _socket(self, kind: int, addr: str, rcvhwm: int,
-                options: tuple[tuple[int, int], ...] = ()) -> zmq.Socket:
+    def _socket(
+        self, kind: int, addr: str, rcvhwm: int, options: tuple[tuple[int, int], ...] = ()
+    ) -> zmq.Socket:
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, rcvhwm)
@@ -258,8 +209,9 @@ class EngineClient:
             raise OSError(f"cannot bind {addr}: {e}") from e
         return sock
 
-    async def start(self, timeout: float | None = 600.0,
-                    progress: Callable[[str], None] | None = None) -> hs.ReadyResponse:
+    async def start(
+        self, timeout: float | None = 600.0, progress: Callable[[str], None] | None = None
+    ) -> hs.ReadyResponse:
         """Bind, then wait until every rank is attached."""
         self.bind()
         liveness = self.liveness
@@ -270,14 +222,14 @@ class EngineClient:
         waiter = asyncio.create_task(self._report_while_waiting(progress))
         try:
             await asyncio.wait_for(asyncio.shield(liveness.all_attached.wait()), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             missing = [r.index for r in self.ranks if not r.alive]
             raise TimeoutError(
                 f"engine rank(s) {missing} not attached within {timeout:.0f} s; start the "
                 f"engine with `vllm serve MODEL --headless --data-parallel-address HOST "
                 f"--data-parallel-rpc-port PORT` (or `engine-core --frontend-addr "
                 f"tcp://HOST:PORT --model MODEL`) pointing at this frontend's --engine-addr"
-                ) from None
+            ) from None
         finally:
             waiter.cancel()
         if liveness.start_error is not None:
@@ -291,8 +243,10 @@ class EngineClient:
         while True:
             await asyncio.sleep(10.0)
             attached = sum(r.alive for r in self.ranks)
-            msg = (f"still waiting for engine ranks: {attached} of {self.data_parallel_size} "
-                   f"attached ({time.monotonic() - started:.0f} s)")
+            msg = (
+                f"still waiting for engine ranks: {attached} of {self.data_parallel_size} "
+                f"attached ({time.monotonic() - started:.0f} s)"
+            )
             log.info(msg)
             if progress:
                 progress(msg)
@@ -308,8 +262,10 @@ class EngineClient:
             try:
                 identity = frames[0].bytes
                 if len(frames) != 2:
-                    self.rejections("unexpected_registration", f"input socket: "
-                                    f"{len(frames) - 1} frames from {identity[:8].hex()}")
+                    self.rejections(
+                        "unexpected_registration",
+                        f"input socket: {len(frames) - 1} frames from {identity[:8].hex()}",
+                    )
                     continue
                 self.liveness.register(identity, frames[1].bytes, _peer(frames[1]))
             except Exception as e:  # whatever it was, the socket must be drained
@@ -326,14 +282,14 @@ class EngineClient:
         finally:
             self._recheck_input()
 
-    async def probe(self, rank: Rank, timeout: float | None,
-                    give_up: Callable[[], bool]) -> str | None:
+    async def probe(
+        self, rank: Rank, timeout: float | None, give_up: Callable[[], bool]
+    ) -> str | None:
         """The address that answered a utility call to ``rank`` ("" if unknown),
         sent again every REATTACH_PROBE_S while it cannot be delivered; None when
         no answer came within ``timeout``, ``give_up()`` or the link closed."""
         call = self._new_call(rank.index)
-        frames = wire.encode_utility(call.id, "get_supported_tasks",
-                                     client_index=self.client_index)
+        frames = wire.encode_utility(call.id, "get_supported_tasks", client_index=self.client_index)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._peers_wanted += 1
         try:
@@ -347,7 +303,7 @@ class EngineClient:
                 self._recheck_input()
                 try:
                     await asyncio.wait_for(asyncio.shield(call.fut), REATTACH_PROBE_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 except Exception:  # the rank died meanwhile (fail_calls)
                     return None
@@ -360,8 +316,10 @@ class EngineClient:
         """Let a new connection take over an identity on the input socket (or not)."""
         if self._input is not None:
             self._input.setsockopt(zmq.ROUTER_HANDOVER, int(on))
-        log.debug("input socket: a new connection may %stake over an engine identity",
-                 "" if on else "no longer ")
+        log.debug(
+            "input socket: a new connection may %stake over an engine identity",
+            "" if on else "no longer ",
+        )
 
     def fail_calls(self, rank: Rank, reason: str) -> None:
         """A rank died: its utility calls get no answer."""
@@ -376,8 +334,7 @@ class EngineClient:
             call_id = secrets.randbits(63)
             if call_id not in self._utility_calls:
                 break
-        call = self._utility_calls[call_id] = UtilityCall(call_id, rank,
-                                                          self._loop.create_future())
+        call = self._utility_calls[call_id] = UtilityCall(call_id, rank, self._loop.create_future())
         return call
 
     # ------------------------------------------------------------ sending
@@ -410,8 +367,9 @@ class EngineClient:
                 except EngineUnavailableError:
                     pass
 
-    async def call_utility(self, method: str, *args: Any, rank: int | None = None,
-                           timeout: float = 10.0) -> Any:
+    async def call_utility(
+        self, method: str, *args: Any, rank: int | None = None, timeout: float = 10.0
+    ) -> Any:
         """Call ``method`` on one rank (default: the first that takes requests)."""
         if rank is None:
             routable = self.routable_ranks()
@@ -420,21 +378,25 @@ class EngineClient:
             rank = routable[0]
         call = self._new_call(rank)
         try:
-            self._send(self.ranks[rank], wire.encode_utility(
-                call.id, method, args, client_index=self.client_index))
+            self._send(
+                self.ranks[rank],
+                wire.encode_utility(call.id, method, args, client_index=self.client_index),
+            )
             out = await asyncio.wait_for(call.fut, timeout)
         finally:
             self._utility_calls.pop(call.id, None)
         return wire.utility_value(out)
 
-    async def call_utility_all(self, method: str, *args: Any,
-                               timeout: float = 10.0) -> list[Any]:
+    async def call_utility_all(self, method: str, *args: Any, timeout: float = 10.0) -> list[Any]:
         """Call ``method`` on every attached rank (vLLM's call_utility_all)."""
         ranks = [r.index for r in self.ranks if r.alive]
         if not ranks:
             raise EngineUnavailableError(self.death_reason)
-        return list(await asyncio.gather(*(
-            self.call_utility(method, *args, rank=r, timeout=timeout) for r in ranks)))
+        return list(
+            await asyncio.gather(
+                *(self.call_utility(method, *args, rank=r, timeout=timeout) for r in ranks)
+            )
+        )
 
     def _send(self, rank: Rank, frames: list[bytes]) -> None:
         if not rank.alive:
@@ -453,8 +415,7 @@ class EngineClient:
             self._recheck_input()
             # EHOSTUNREACH: the rank's input DEALER is gone (ROUTER_MANDATORY).
             self.liveness.suspect(rank)
-            raise EngineUnavailableError(f"cannot send to engine rank {rank.index}: "
-                                         f"{e}") from e
+            raise EngineUnavailableError(f"cannot send to engine rank {rank.index}: {e}") from e
         self._recheck_input()
 
     def _recheck_input(self) -> None:
@@ -510,8 +471,10 @@ class EngineClient:
                 rank = ranks[index]
                 if not rank.alive:
                     if outs.outputs or wire.has_scheduler_stats(outs):
-                        self.rejections("rank_not_attached", f"output socket: "
-                                        f"{len(outs.outputs)} outputs from rank {index}")
+                        self.rejections(
+                            "rank_not_attached",
+                            f"output socket: {len(outs.outputs)} outputs from rank {index}",
+                        )
                     continue
                 rank.last_heard = now
                 if rank.stalled:
@@ -533,8 +496,9 @@ class EngineClient:
         reply = outs.utility_output
         call = self._utility_calls.get(reply.call_id)
         if call is None or call.rank != outs.engine_index or call.fut.done():
-            self.rejections("unexpected_utility",
-                            f"rank {outs.engine_index}, call id {reply.call_id}")
+            self.rejections(
+                "unexpected_utility", f"rank {outs.engine_index}, call id {reply.call_id}"
+            )
             return
         call.peer = peer
         call.fut.set_result(reply)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable, MutableSequence
+from collections.abc import Callable, MutableSequence
 
 import zmq
 
@@ -34,12 +34,18 @@ def rank_of(identity: bytes) -> int | None:
 
 
 class HandshakeServer:
-    def __init__(self, address: str, inputs: list[str], outputs: list[str],
-                 data_parallel_size: int = 1,
-                 on_status: Callable[[str], None] | None = None, *,
-                 hellos: MutableSequence[float] | None = None,
-                 on_hello: Callable[[int], None] | None = None,
-                 rejections: Rejections | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        inputs: list[str],
+        outputs: list[str],
+        data_parallel_size: int = 1,
+        on_status: Callable[[str], None] | None = None,
+        *,
+        hellos: MutableSequence[float] | None = None,
+        on_hello: Callable[[int], None] | None = None,
+        rejections: Rejections | None = None,
+    ) -> None:
         """``hellos[rank]``: when that rank last said HELLO (``time.monotonic()``);
         ``on_hello``: told at once (the engine link of this process)."""
         self.address = address
@@ -90,10 +96,12 @@ class HandshakeServer:
             return
         rank = rank_of(identity)
         if rank is None or rank >= self.data_parallel_size:
-            self._reject("unknown_rank",
-                         f"identity {identity.hex()} said {status.status[:20]!r}, but this "
-                         f"frontend serves --data-parallel-size {self.data_parallel_size} "
-                         f"(ranks 0..{self.data_parallel_size - 1})")
+            self._reject(
+                "unknown_rank",
+                f"identity {identity.hex()} said {status.status[:20]!r}, but this "
+                f"frontend serves --data-parallel-size {self.data_parallel_size} "
+                f"(ranks 0..{self.data_parallel_size - 1})",
+            )
             return
         if status.status == "HELLO":
             log.info("engine rank %d said HELLO; sending addresses", rank)

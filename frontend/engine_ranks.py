@@ -44,7 +44,8 @@ import asyncio
 import logging
 import pathlib
 import time
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import msgspec
 
@@ -84,11 +85,11 @@ class Rank:
         self.stalled = False
         self.death_reason: str | None = None
         self.last_heard = 0.0  # monotonic: the last message from it
-        self.last_sent = 0.0   # monotonic: the last request to it
+        self.last_sent = 0.0  # monotonic: the last request to it
         self.pending_aborts: list[str] = []  # the link's, sent once per loop iteration
         self.grace: asyncio.TimerHandle | None = None
-        self.hello_seen = 0.0   # the latest HELLO of this rank this process acted on
-        self.hello_used = 0.0   # the HELLO its accepted registration followed
+        self.hello_seen = 0.0  # the latest HELLO of this rank this process acted on
+        self.hello_used = 0.0  # the HELLO its accepted registration followed
         self.confirming = False  # a utility call asks whether it still lives
         self.hello_to_confirm = False  # ... after a HELLO as it
         self.reconnected = False  # its connection came back: is it its engine's?
@@ -113,8 +114,9 @@ class Link(Protocol):
     def reachable(self, rank: Rank) -> bool:
         """Whether a send to the rank's identity goes through."""
 
-    async def probe(self, rank: Rank, timeout: float | None,
-                    give_up: Callable[[], bool]) -> str | None:
+    async def probe(
+        self, rank: Rank, timeout: float | None, give_up: Callable[[], bool]
+    ) -> str | None:
         """The address that answered a utility call to the rank, or None."""
 
     def set_handover(self, on: bool) -> None:
@@ -151,16 +153,18 @@ class StateFile:
                 log.warning("ignoring engine state file %s: %s", self.path, e)
                 return EngineState({})
             state = EngineState({0: ready} if ready is not None else {})
-        state.ranks = {r: ready for r, ready in state.ranks.items()
-                       if 0 <= r < self.data_parallel_size}
+        state.ranks = {
+            r: ready for r, ready in state.ranks.items() if 0 <= r < self.data_parallel_size
+        }
         return state
 
     def save(self, ranks: list[Rank]) -> None:
         if self.path is None:
             return
         attached = [r for r in ranks if r.alive and r.ready is not None]
-        state = EngineState({r.index: r.ready for r in attached},
-                            {r.index: r.peer for r in attached if r.peer})
+        state = EngineState(
+            {r.index: r.ready for r in attached}, {r.index: r.peer for r in attached if r.peer}
+        )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
@@ -173,13 +177,20 @@ class StateFile:
 class RankLiveness:
     """Every rank's state: attached, stalled, lost; the callbacks about them."""
 
-    def __init__(self, data_parallel_size: int, link: Link, *,
-                 on_rank_lost: Callable[[int, str], None],
-                 on_rank_attached: Callable[[int, hs.ReadyResponse], None] | None = None,
-                 in_flight: Callable[[int], int] | None = None,
-                 stall_timeout: float = 0.0, state_file: str | None = None,
-                 hellos: Sequence[float] | None = None, window_s: float = 600.0,
-                 reject: Rejections | None = None) -> None:
+    def __init__(
+        self,
+        data_parallel_size: int,
+        link: Link,
+        *,
+        on_rank_lost: Callable[[int, str], None],
+        on_rank_attached: Callable[[int, hs.ReadyResponse], None] | None = None,
+        in_flight: Callable[[int], int] | None = None,
+        stall_timeout: float = 0.0,
+        state_file: str | None = None,
+        hellos: Sequence[float] | None = None,
+        window_s: float = 600.0,
+        reject: Rejections | None = None,
+    ) -> None:
         """``hellos[rank]``: when the rank last said HELLO (the handshake
         server's, shared memory with --api-server-count); ``window_s``: how long
         after its HELLO a rank may register (--engine-ready-timeout)."""
@@ -229,8 +240,7 @@ class RankLiveness:
 
     def rank_states(self) -> list[str]:
         """Each rank's state: ``serving``, ``stalled`` or ``dead`` (never attached too)."""
-        return ["stalled" if r.stalled else "serving" if r.alive else "dead"
-                for r in self.ranks]
+        return ["stalled" if r.stalled else "serving" if r.alive else "dead" for r in self.ranks]
 
     # ------------------------------------------------------------ the handshake
     def window_open(self, rank: Rank) -> bool:
@@ -255,8 +265,7 @@ class RankLiveness:
         """ROUTER_HANDOVER only while a rank may register and none is attached:
         then a restarted engine displaces whatever holds its identity, and no
         serving rank can be displaced."""
-        on = (not any(r.alive for r in self.ranks)
-              and any(self.window_open(r) for r in self.ranks))
+        on = not any(r.alive for r in self.ranks) and any(self.window_open(r) for r in self.ranks)
         if on != self._handover:
             self._handover = on
             self._link.set_handover(on)
@@ -274,16 +283,21 @@ class RankLiveness:
         if it is the registration of a rank that has just said HELLO."""
         index = rank_of(identity)
         if index is None or index >= self.data_parallel_size:
-            self._reject("unknown_rank", f"input socket: identity {identity[:8].hex()} "
-                         f"(this frontend serves --data-parallel-size "
-                         f"{self.data_parallel_size})")
+            self._reject(
+                "unknown_rank",
+                f"input socket: identity {identity[:8].hex()} "
+                f"(this frontend serves --data-parallel-size "
+                f"{self.data_parallel_size})",
+            )
             return
         rank = self.ranks[index]
         self.hello(index)
         if not self.window_open(rank):
-            self._reject("unexpected_registration",
-                         f"input socket: rank {index} sent {len(payload)} bytes without a "
-                         "HELLO before (a rank registers once, after its handshake)")
+            self._reject(
+                "unexpected_registration",
+                f"input socket: rank {index} sent {len(payload)} bytes without a "
+                "HELLO before (a rank registers once, after its handshake)",
+            )
             return
         try:
             ready = hs.decode_ready_response(payload)
@@ -313,9 +327,14 @@ class RankLiveness:
         rank.reconnected = False
         rank.attachment += 1
         rank.last_heard = time.monotonic()
-        log.info("engine rank %d attached: vLLM %s, max_model_len %d, dtype %s, "
-                 "max_num_seqs %d", rank.index, ready.vllm_version, ready.max_model_len,
-                 ready.dtype, ready.max_num_seqs)
+        log.info(
+            "engine rank %d attached: vLLM %s, max_model_len %d, dtype %s, max_num_seqs %d",
+            rank.index,
+            ready.vllm_version,
+            ready.max_model_len,
+            ready.dtype,
+            ready.max_num_seqs,
+        )
         self.state_file.save(self.ranks)
         self.update_handover()
         if self._on_rank_attached:
@@ -329,19 +348,27 @@ class RankLiveness:
         whose probe is answered from the address it registered from, before it
         registers anew."""
         state = self.state_file.load()
-        await asyncio.gather(*(self._reattach(self.ranks[index], ready, state.peers.get(index))
-                               for index, ready in state.ranks.items()))
+        await asyncio.gather(
+            *(
+                self._reattach(self.ranks[index], ready, state.peers.get(index))
+                for index, ready in state.ranks.items()
+            )
+        )
 
-    async def _reattach(self, rank: Rank, cached: hs.ReadyResponse,
-                        registered_from: str | None) -> None:
+    async def _reattach(
+        self, rank: Rank, cached: hs.ReadyResponse, registered_from: str | None
+    ) -> None:
         while True:
             peer = await self._link.probe(rank, None, lambda: rank.alive)
             if peer is None or rank.alive:
                 return
             if registered_from is None or peer == registered_from:
                 break
-            self._reject("wrong_peer", f"rank {rank.index}'s re-attach probe was answered "
-                         f"from {peer}, but it registered from {registered_from}")
+            self._reject(
+                "wrong_peer",
+                f"rank {rank.index}'s re-attach probe was answered "
+                f"from {peer}, but it registered from {registered_from}",
+            )
         try:
             hs.check_engine_version(cached)
         except EngineVersionError as e:
@@ -356,8 +383,7 @@ class RankLiveness:
     def resume(rank: Rank) -> None:
         """A stalled rank sent something (the link keeps ``last_heard``)."""
         rank.stalled = False
-        log.warning("engine rank %d sends again after a stall; routing to it again",
-                    rank.index)
+        log.warning("engine rank %d sends again after a stall; routing to it again", rank.index)
 
     def engine_core_dead(self) -> None:
         """ENGINE_CORE_DEAD: a frame that names no rank, and anyone can send it.
@@ -378,8 +404,10 @@ class RankLiveness:
         alive = [(r, r.asked()) for r in self.ranks if r.alive]
         lost = 0
         try:
-            for (rank, over), peer in zip(alive, await asyncio.gather(*(
-                    self._link.probe(r, CONFIRM_S, over) for r, over in alive))):
+            for (rank, over), peer in zip(
+                alive,
+                await asyncio.gather(*(self._link.probe(r, CONFIRM_S, over) for r, over in alive)),
+            ):
                 if peer is None:
                     lost += 1
                     if not over():  # else already lost, or replaced by a new engine
@@ -387,8 +415,11 @@ class RankLiveness:
         finally:
             frames, self._dead_frames = self._dead_frames, 0
         if not lost:
-            self._reject("false_engine_dead", f"{frames} ENGINE_CORE_DEAD frame(s) while "
-                         "every attached rank still answers", count=frames)
+            self._reject(
+                "false_engine_dead",
+                f"{frames} ENGINE_CORE_DEAD frame(s) while every attached rank still answers",
+                count=frames,
+            )
 
     def _confirm(self, rank: Rank, hello: bool = False) -> None:
         """Does ``rank``'s engine still answer? Asked after a HELLO as the rank
@@ -413,14 +444,22 @@ class RankLiveness:
                 return
             if self._is_engine(rank, peer):
                 if hello:
-                    self._reject("live_rank_hello", f"a HELLO as engine rank {rank.index}, "
-                                 "whose engine still answers")
+                    self._reject(
+                        "live_rank_hello",
+                        f"a HELLO as engine rank {rank.index}, whose engine still answers",
+                    )
             elif hello:
-                self.lose(rank, f"engine rank {rank.index} said HELLO again and the "
-                          "attached engine does not answer (a new engine replaces it)")
+                self.lose(
+                    rank,
+                    f"engine rank {rank.index} said HELLO again and the "
+                    "attached engine does not answer (a new engine replaces it)",
+                )
             else:
-                self.lose(rank, "the engine's connection closed (what holds its identity "
-                          "does not answer as the engine)")
+                self.lose(
+                    rank,
+                    "the engine's connection closed (what holds its identity "
+                    "does not answer as the engine)",
+                )
 
         self._spawn(confirm())
 
@@ -429,8 +468,11 @@ class RankLiveness:
         if peer is None:
             return False
         if rank.peer and peer and peer != rank.peer:
-            self._reject("wrong_peer", f"rank {rank.index}'s probe was answered from "
-                         f"{peer}, but it registered from {rank.peer}")
+            self._reject(
+                "wrong_peer",
+                f"rank {rank.index}'s probe was answered from "
+                f"{peer}, but it registered from {rank.peer}",
+            )
             return False
         return True
 
@@ -456,7 +498,8 @@ class RankLiveness:
     def suspect(self, rank: Rank) -> None:
         if rank.grace is None and rank.alive:
             rank.grace = asyncio.get_running_loop().call_later(
-                DISCONNECT_GRACE_S, self._grace_over, rank)
+                DISCONNECT_GRACE_S, self._grace_over, rank
+            )
 
     def _grace_over(self, rank: Rank) -> None:
         rank.grace = None
@@ -483,8 +526,11 @@ class RankLiveness:
         if self._is_engine(rank, peer):
             log.info("engine rank %d reconnected", rank.index)
             return
-        self.lose(rank, "the engine's connection closed (what connected again as "
-                  "it does not answer as the engine)")
+        self.lose(
+            rank,
+            "the engine's connection closed (what connected again as "
+            "it does not answer as the engine)",
+        )
 
     def _cancel_grace(self, rank: Rank) -> None:
         if rank.grace is not None:
@@ -511,15 +557,20 @@ class RankLiveness:
             await asyncio.sleep(interval)
             now = time.monotonic()
             for rank in self.ranks:
-                if (rank.routable and self._in_flight is not None
-                        and now - max(rank.last_heard, rank.last_sent) > self.stall_timeout
-                        and self._in_flight(rank.index) > 0):
+                if (
+                    rank.routable
+                    and self._in_flight is not None
+                    and now - max(rank.last_heard, rank.last_sent) > self.stall_timeout
+                    and self._in_flight(rank.index) > 0
+                ):
                     self._stall(rank)
 
     def _stall(self, rank: Rank) -> None:
         rank.stalled = True
-        reason = (f"engine rank {rank.index} sent nothing for {self.stall_timeout:g} s "
-                  "while it had requests (--engine-stall-timeout); they were aborted")
+        reason = (
+            f"engine rank {rank.index} sent nothing for {self.stall_timeout:g} s "
+            "while it had requests (--engine-stall-timeout); they were aborted"
+        )
         self._last_death = reason
         log.error("%s", reason)
         self._on_rank_lost(rank.index, reason)

@@ -19,18 +19,18 @@ LOG_EVERY_S = 10.0
 
 # Every reason, in /metrics order (each has a series from the start).
 REASONS = (
-    "malformed",                # frames that do not decode (any of the three sockets)
-    "unknown_rank",             # an identity or engine_index outside the configured ranks
-    "bad_handshake",            # a handshake message that is neither HELLO nor READY
+    "malformed",  # frames that do not decode (any of the three sockets)
+    "unknown_rank",  # an identity or engine_index outside the configured ranks
+    "bad_handshake",  # a handshake message that is neither HELLO nor READY
     "unexpected_registration",  # input-socket traffic without a handshake just completed
-    "bad_registration",         # an empty, malformed or unsupported ready response
-    "rank_not_attached",        # outputs or stats from a rank that is not attached
-    "unknown_request",          # an output for a request this process does not track
-    "wrong_rank",               # an output for a request another rank owns
-    "unexpected_utility",       # a utility reply no call of this rank waits for
-    "wrong_peer",               # a re-attach probe answered from another address
-    "false_engine_dead",        # ENGINE_CORE_DEAD while every rank still answers
-    "live_rank_hello",          # HELLO for a rank whose engine still answers
+    "bad_registration",  # an empty, malformed or unsupported ready response
+    "rank_not_attached",  # outputs or stats from a rank that is not attached
+    "unknown_request",  # an output for a request this process does not track
+    "wrong_rank",  # an output for a request another rank owns
+    "unexpected_utility",  # a utility reply no call of this rank waits for
+    "wrong_peer",  # a re-attach probe answered from another address
+    "false_engine_dead",  # ENGINE_CORE_DEAD while every rank still answers
+    "live_rank_hello",  # HELLO for a rank whose engine still answers
 )
 
 
@@ -51,6 +51,9 @@ class Rejections:
             return
         self._logged_at[reason] = now
         more = self._unlogged.pop(reason, 0)
-        log.warning("dropped a message from the engine side (%s)%s%s", reason,
-                    f": {detail}" if detail else "",
-                    f" (and {more} more since the last such line)" if more else "")
+        log.warning(
+            "dropped a message from the engine side (%s)%s%s",
+            reason,
+            f": {detail}" if detail else "",
+            f" (and {more} more since the last such line)" if more else "",
+        )

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -31,8 +32,13 @@ CLIENT_GONE = 499  # nginx's "client closed request": never sent, only counted
 class ApiError(Exception):
     """A request that cannot be served: how to report it over HTTP."""
 
-    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError",
-                 param: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        err_type: str = "BadRequestError",
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -47,13 +53,13 @@ class ApiError(Exception):
 
 
 def error_payload(message: str, err_type: str, param: str | None, code: int) -> dict:
-    return {"error": {"message": sanitize(message), "type": err_type, "param": param,
-                      "code": code}}
+    return {"error": {"message": sanitize(message), "type": err_type, "param": param, "code": code}}
 
 
 def error_response(error: ApiError, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=error.status, body=error.body(),
-                        content_type="application/json", headers=headers)
+    return web.Response(
+        status=error.status, body=error.body(), content_type="application/json", headers=headers
+    )
 
 
 def sse_error_event(error: ApiError) -> bytes:
@@ -66,8 +72,9 @@ def internal_error(reason: str = "Internal server error") -> ApiError:
 
 def engine_failure(reason: str) -> ApiError:
     """What every request in flight gets when the engine dies (vLLM's message)."""
-    return internal_error(f"EngineCore encountered an issue. See stack trace (if any) for "
-                          f"the root cause. ({reason})")
+    return internal_error(
+        f"EngineCore encountered an issue. See stack trace (if any) for the root cause. ({reason})"
+    )
 
 
 def from_validation(e: ValidationError) -> ApiError:
@@ -92,8 +99,7 @@ def schema_error(message: str, param: str | None = None) -> ApiError:
 
 _FIELD_MESSAGES = {
     "missing": "Field required",
-    "model_attributes_type": "Input should be a valid dictionary or object to extract "
-                             "fields from",
+    "model_attributes_type": "Input should be a valid dictionary or object to extract fields from",
     "string_type": "Input should be a valid string",
     "dict_type": "Input should be a valid dictionary",
     "list_type": "Input should be a valid list",
@@ -127,8 +133,12 @@ def lax_bool(value: Any) -> bool | None:
 def field_error(kind: str, loc: tuple, value: Any, ctx: dict | None = None) -> dict:
     """One pydantic error: ``kind`` is its type (``missing``, ``string_type``...);
     ``ctx`` fills its message in, and is shown as pydantic shows it."""
-    error = {"type": kind, "loc": loc, "msg": _FIELD_MESSAGES[kind].format(**(ctx or {})),
-             "input": value}
+    error = {
+        "type": kind,
+        "loc": loc,
+        "msg": _FIELD_MESSAGES[kind].format(**(ctx or {})),
+        "input": value,
+    }
     if ctx is not None:
         error["ctx"] = ctx
     return error
@@ -180,7 +190,7 @@ def from_msgspec(e: msgspec.ValidationError | msgspec.DecodeError) -> ApiError:
     if match:
         path = re.sub(r"\[(\d+)\]", r".\1", match.group(1))
         param = "body" + path
-        text = text[:match.start()]
+        text = text[: match.start()]
     if not isinstance(e, msgspec.ValidationError):  # (ValidationError subclasses DecodeError)
         text = f"JSON decode error: {text}"
     missing = re.fullmatch(r"Object missing required field `(\w+)`", text)
@@ -191,8 +201,12 @@ def from_msgspec(e: msgspec.ValidationError | msgspec.DecodeError) -> ApiError:
 
 
 def not_found_model(name: str, valid: list[str]) -> ApiError:
-    return ApiError(f"The model `{name}` does not exist. Valid aliases: {', '.join(valid)}.",
-                    404, "NotFoundError", "model")
+    return ApiError(
+        f"The model `{name}` does not exist. Valid aliases: {', '.join(valid)}.",
+        404,
+        "NotFoundError",
+        "model",
+    )
 
 
 def from_http_exception(e: web.HTTPException) -> ApiError:
@@ -213,8 +227,9 @@ def unmatched_response(e: web.HTTPException) -> web.Response:
     if isinstance(e, web.HTTPMethodNotAllowed):
         headers = {"Allow": ", ".join(sorted(e.allowed_methods))}
     body = _json.encode({"detail": HTTPStatus(e.status).phrase})
-    return web.Response(status=e.status, body=body, content_type="application/json",
-                        headers=headers)
+    return web.Response(
+        status=e.status, body=body, content_type="application/json", headers=headers
+    )
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")

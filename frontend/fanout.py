@@ -21,18 +21,17 @@ Invariants (tests check the table is empty after every request):
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
+from frontend.choices import Choice, Delta, Group
 from frontend.errors import ApiError, engine_failure, internal_error
 from frontend.ids import random_hex
 from frontend.routing import Router
 from frontend.text import IncrementalDetokenizer, LogprobsState, Position, TokenTexts
 from protocol import wire
-from protocol.lora import LoRARequest
-from protocol.pooling import PoolingParams
 from protocol.sampling import ModelLimits, SamplingParams
 
 if TYPE_CHECKING:
@@ -64,196 +63,30 @@ class TableObserver(Protocol):
     ``on_step`` before the step's outputs are routed, ``on_choice_finished``
     while they are (an engine ERROR included)."""
 
-    def on_submit(self, group: "Group") -> None: ...
+    def on_submit(self, group: Group) -> None: ...
 
     def on_step(self, outs: wire.StepOutputs) -> None: ...
 
-    def on_choice_finished(self, choice: "Choice") -> None: ...
+    def on_choice_finished(self, choice: Choice) -> None: ...
 
-    def on_slow_consumer(self, group: "Group") -> None: ...
+    def on_slow_consumer(self, group: Group) -> None: ...
 
-    def on_release(self, group: "Group") -> None: ...
-
-
-class Delta:
-    """What one engine step added to one choice (streaming only)."""
-
-    __slots__ = ("choice", "text", "token_ids", "logprobs", "finish_reason", "stop_reason",
-                 "queued", "_texts", "parsed")
-
-    def __init__(self, choice: "Choice", text: str, token_ids: list[int],
-                 logprobs: list[Position] | None, finish_reason: str | None,
-                 stop_reason: int | str | None) -> None:
-        self.choice = choice
-        self.text = text
-        self.token_ids = token_ids
-        self.logprobs = logprobs
-        self.finish_reason = finish_reason
-        self.stop_reason = stop_reason
-        self.queued = False  # in its group's pending list (else held back)
-        self._texts: list[str] | None = None  # pieces of merged steps, joined on take
-        # ``parsed`` (left unset unless the choice has a parser): what the
-        # choice's parser made of this delta when it was queued.
-
-    def merge(self, text: str, token_ids: list[int], logprobs: list[Position] | None,
-              finish_reason: str | None, stop_reason: int | str | None) -> None:
-        """Add a later step of the same choice while this one still waits to
-        be sent: when the engine runs ahead (several steps read in one
-        wake-up, or steps that came before the handler started the stream)
-        they go out as one chunk, as vLLM's output collector merges them;
-        with ``stream_interval`` the steps in between are held here too."""
-        if self._texts is None:
-            self._texts = [self.text]
-            # Copies: the first step's lists belong to the engine message.
-            self.token_ids = list(self.token_ids)
-            if self.logprobs is not None:
-                self.logprobs = list(self.logprobs)
-        self._texts.append(text)
-        self.token_ids += token_ids
-        if logprobs is not None:
-            self.logprobs += logprobs
-        self.finish_reason = finish_reason
-        self.stop_reason = stop_reason
-
-    def close(self) -> None:
-        """No more merging: the client takes it now."""
-        if self.choice.open_delta is self:
-            self.choice.open_delta = None
-        if self._texts is not None:
-            self.text = "".join(self._texts)
-            self._texts = None
-
-
-class Choice:
-    """One engine request: a (prompt, sample) pair of a client request, or a pooling input."""
-
-    __slots__ = ("group", "index", "prompt_index", "engine_id", "engine_index",
-                 "prompt_token_ids", "params", "detok", "logprobs", "finish_reason",
-                 "stop_reason", "finished", "num_cached_tokens", "num_dropped",
-                 "weight_version", "weight_starts", "sent_tokens", "open_delta", "parser",
-                 "lean", "pooled")
-
-    def __init__(self, group: "Group", index: int, prompt_index: int, engine_id: str,
-                 prompt_token_ids: list[int], params: SamplingParams | PoolingParams,
-                 detok: IncrementalDetokenizer | None, logprobs: LogprobsState | None) -> None:
-        self.group = group
-        self.index = index
-        self.prompt_index = prompt_index
-        self.engine_id = engine_id
-        self.engine_index = 0  # the engine rank serving it (set on submit)
-        self.prompt_token_ids = prompt_token_ids
-        self.params = params
-        self.detok = detok
-        self.logprobs = logprobs
-        self.finish_reason: str | None = None
-        self.stop_reason: int | str | None = None
-        self.finished = False
-        self.num_cached_tokens = 0
-        # Tokens of the finishing step past a matched stop string (metrics count them).
-        self.num_dropped = 0
-        # Where each weight version took over: (version, first output position).
-        self.weight_version: str | None = None
-        self.weight_starts: list[tuple[str, int]] = []
-        # Streaming: output tokens queued for the client so far (stream_interval).
-        self.sent_tokens = 0
-        # Its delta not taken by the client yet (queued or held): later steps
-        # merge into it.
-        self.open_delta: Delta | None = None
-        # Streaming with a tool/reasoning parser (set by the handler): called
-        # with each delta as it is queued, returns what goes in ``delta.parsed``.
-        # A parsed delta is never merged with later steps: the parser sees
-        # each engine output as vLLM's serving layer does.
-        self.parser: Callable[[Delta], object] | None = None
-        # Streamed, plain text, no logprobs, every step due, no parser: most
-        # steps take the table's lean path (set by add_choice).
-        self.lean = False
-        self.pooled = None  # a pooling input's result: the engine's tensor (NDArray)
-
-    @property
-    def token_ids(self) -> list[int]:
-        return self.detok.token_ids if self.detok is not None else []
-
-    def weight_spans(self) -> list[dict] | None:
-        """``[{"version", "start", "end"}]``: which weights produced which positions."""
-        starts = self.weight_starts
-        if not starts:
-            return None
-        ends = [start for _, start in starts[1:]] + [len(self.detok.token_ids)]
-        return [{"version": v, "start": s, "end": e} for (v, s), e in zip(starts, ends)]
-
-    @property
-    def text(self) -> str:
-        return self.detok.output_text
-
-
-class Group:
-    """One client request: its choices, and what its handler is waiting for."""
-
-    def __init__(self, request_id: str, stream: bool, max_pending: int = 1 << 20,
-                 arrival: float | None = None) -> None:
-        self.request_id = request_id
-        self.stream = stream
-        self.choices: list[Choice] = []
-        self.lora: LoRARequest | None = None  # the adapter every choice runs with
-        self.created = time.time()
-        # time.monotonic() when the request was taken up (before tokenization).
-        self.arrival = time.monotonic() if arrival is None else arrival
-        # W3C trace context headers for the engine (only with request tracing).
-        self.trace_headers: dict[str, str] | None = None
-        self.pending: list[Delta] = []
-        self.max_pending = max_pending  # bytes of stream output a slow client may hold up
-        self.num_unfinished = 0
-        self.error: ApiError | None = None
-        # Failed because the client does not read: what is queued for it is dropped.
-        self.drop_unsent = False
-        self.released = False
-        # Set by a streaming handler: called with each step's deltas, returns
-        # (bytes not yet taken by the client, whether the handler must write).
-        self.sink: Callable[[list[Delta]], tuple[int, bool]] | None = None
-        self._woken = False
-        self._waiter: asyncio.Future | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.num_unfinished == 0 or self.error is not None
-
-    def wake(self) -> None:
-        self._woken = True
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self) -> None:
-        """Until woken (deltas, backlog, the end) since the last wait."""
-        if not self._woken and not self.done:
-            await self._sleep()
-        self._woken = False
-
-    async def wait_done(self) -> None:
-        while not self.done:
-            await self._sleep()
-
-    async def _sleep(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-    def take(self) -> list[Delta]:
-        pending, self.pending = self.pending, []
-        for delta in pending:
-            delta.close()
-        return pending
+    def on_release(self, group: Group) -> None: ...
 
 
 class Table:
     """All live engine requests of this frontend."""
 
-    def __init__(self, engine: Engine, model: "ModelInfo",
-                 limits: Callable[[], ModelLimits], router: Router | None = None,
-                 observer: TableObserver | None = None, client_index: int = 0,
-                 num_clients: int = 1) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        model: ModelInfo,
+        limits: Callable[[], ModelLimits],
+        router: Router | None = None,
+        observer: TableObserver | None = None,
+        client_index: int = 0,
+        num_clients: int = 1,
+    ) -> None:
         self.engine = engine
         self.model = model
         self._limits = limits
@@ -283,15 +116,25 @@ class Table:
             if eid not in self.entries:
                 return eid
 
-    def add_choice(self, group: Group, *, index: int, prompt_index: int,
-                   prompt_token_ids: list[int], params: SamplingParams) -> Choice:
+    def add_choice(
+        self,
+        group: Group,
+        *,
+        index: int,
+        prompt_index: int,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+    ) -> Choice:
         """Create (not yet send) one choice of ``group``."""
         detok = IncrementalDetokenizer(
-            self.model, prompt_token_ids,
+            self.model,
+            prompt_token_ids,
             skip_special_tokens=params.skip_special_tokens,
             spaces_between_special_tokens=params.spaces_between_special_tokens,
-            stop=params.stop, min_tokens=params.min_tokens,
-            include_stop_str_in_output=params.include_stop_str_in_output)
+            stop=params.stop,
+            min_tokens=params.min_tokens,
+            include_stop_str_in_output=params.include_stop_str_in_output,
+        )
         logprobs = None
         # vLLM's SamplingParams.num_logprobs: logprob_token_ids alone also asks
         # for sample logprobs (one per listed id).
@@ -300,17 +143,31 @@ class Table:
             num_logprobs = len(params.logprob_token_ids)
         if num_logprobs is not None or params.prompt_logprobs is not None:
             logprobs = LogprobsState(self.token_texts, num_logprobs, params.prompt_logprobs)
-        choice = Choice(group, index, prompt_index,
-                        self.new_engine_id(group.request_id, prompt_index, index),
-                        prompt_token_ids, params, detok, logprobs)
-        choice.lean = (group.stream and detok.plain and logprobs is None
-                       and (params.stream_interval or 1) <= 1)
+        choice = Choice(
+            group,
+            index,
+            prompt_index,
+            self.new_engine_id(group.request_id, prompt_index, index),
+            prompt_token_ids,
+            params,
+            detok,
+            logprobs,
+        )
+        choice.lean = (
+            group.stream and detok.plain and logprobs is None and (params.stream_interval or 1) <= 1
+        )
         group.choices.append(choice)
         return choice
 
-    def submit(self, group: Group, *, priority: int = 0, cache_salt: str | None = None,
-               reasoning_ended: bool | None = None,
-               reasoning_parser_kwargs: dict | None = None) -> None:
+    def submit(
+        self,
+        group: Group,
+        *,
+        priority: int = 0,
+        cache_salt: str | None = None,
+        reasoning_ended: bool | None = None,
+        reasoning_parser_kwargs: dict | None = None,
+    ) -> None:
         """Validate and encode every engine request first; only then send any,
         all to the one rank the router picks.
 
@@ -320,21 +177,32 @@ class Table:
         limits = self._limits()
         arrival = time.time()
         frames = [
-            wire.encode_add(wire.EngineCoreRequest(
-                c.engine_id, c.prompt_token_ids, None,  # sampling or pooling params:
-                *((c.params, None) if c.detok is not None else (None, c.params)), arrival,
-                group.lora, cache_salt, None, client_index=self.client_index, priority=priority,
-                trace_headers=group.trace_headers,
-                external_req_id=group.request_id, reasoning_ended=reasoning_ended,
-                reasoning_parser_kwargs=reasoning_parser_kwargs), limits)
+            wire.encode_add(
+                wire.EngineCoreRequest(
+                    c.engine_id,
+                    c.prompt_token_ids,
+                    None,  # sampling or pooling params:
+                    *((c.params, None) if c.detok is not None else (None, c.params)),
+                    arrival,
+                    group.lora,
+                    cache_salt,
+                    None,
+                    client_index=self.client_index,
+                    priority=priority,
+                    trace_headers=group.trace_headers,
+                    external_req_id=group.request_id,
+                    reasoning_ended=reasoning_ended,
+                    reasoning_parser_kwargs=reasoning_parser_kwargs,
+                ),
+                limits,
+            )
             for c in group.choices
         ]
         candidates = self.engine.routable_ranks()
         if not candidates:
             group.error = engine_failure("no engine rank is attached")
             raise group.error
-        prompts = list({id(c.prompt_token_ids): c.prompt_token_ids
-                        for c in group.choices}.values())
+        prompts = list({id(c.prompt_token_ids): c.prompt_token_ids for c in group.choices}.values())
         rank = self.router.pick(prompts, candidates)
         self.router.remember(rank, prompts)
         for choice in group.choices:
@@ -387,14 +255,21 @@ class Table:
                     continue
                 group = choice.group
                 new_ids = out.new_token_ids
-                if (choice.lean and len(new_ids) == 1 and out.finish_reason is None
-                        and choice.open_delta is None and not out.prefill_stats
-                        and weight_version is None and choice.parser is None):
+                if (
+                    choice.lean
+                    and len(new_ids) == 1
+                    and out.finish_reason is None
+                    and choice.open_delta is None
+                    and not out.prefill_stats
+                    and weight_version is None
+                    and choice.parser is None
+                ):
                     # The common streaming step, what _apply and _stream_step
                     # do for it without their checks: one token's text, a
                     # delta of its own, due at once.
                     delta = choice.open_delta = Delta(
-                        choice, choice.detok.step_text(new_ids[0]), new_ids, None, None, None)
+                        choice, choice.detok.step_text(new_ids[0]), new_ids, None, None, None
+                    )
                     delta.queued = True
                     group.pending.append(delta)
                 else:
@@ -420,8 +295,9 @@ class Table:
                     continue
             group.wake()
 
-    def _apply(self, choice: Choice, out: wire.EngineCoreOutput,
-               weight_version: str | None) -> None:
+    def _apply(
+        self, choice: Choice, out: wire.EngineCoreOutput, weight_version: str | None
+    ) -> None:
         group = choice.group
         finish = out.finish_reason
         if finish == FINISH_ERROR:  # the engine has freed it: never abort it
@@ -440,7 +316,7 @@ class Table:
         num_prev = len(choice.detok.token_ids)
         matched = choice.detok.update(new_ids, finish == FINISH_STOP)
         if matched is not None:
-            new_ids = new_ids[:len(choice.detok.token_ids) - num_prev]
+            new_ids = new_ids[: len(choice.detok.token_ids) - num_prev]
             choice.num_dropped = len(out.new_token_ids) - len(new_ids)
             if finish is None:  # the engine knows no stop strings
                 self._abort(choice.engine_index, [choice.engine_id])
@@ -448,7 +324,8 @@ class Table:
         if weight_version != choice.weight_version and new_ids and weight_version is not None:
             choice.weight_version = weight_version
             choice.weight_starts.append(
-                (weight_version, len(choice.detok.token_ids) - len(new_ids)))
+                (weight_version, len(choice.detok.token_ids) - len(new_ids))
+            )
         new_positions = None
         if choice.logprobs is not None:
             new_positions = self._apply_logprobs(choice.logprobs, out, len(new_ids))
@@ -459,8 +336,14 @@ class Table:
             text = choice.detok.next_text(finished)
             if text or new_ids or finished:
                 try:
-                    self._stream_step(choice, text, new_ids, new_positions, finished,
-                                      stop_reason if finished else None)
+                    self._stream_step(
+                        choice,
+                        text,
+                        new_ids,
+                        new_positions,
+                        finished,
+                        stop_reason if finished else None,
+                    )
                 except Exception:  # a parser bug must not stop the engine reader
                     log.exception("streaming %s failed", group.request_id)
                     self._fail_group(group, internal_error())
@@ -475,9 +358,14 @@ class Table:
             self.observer.on_choice_finished(choice)
 
     @staticmethod
-    def _stream_step(choice: Choice, text: str, new_ids: list[int],
-                     new_positions: list[Position] | None, finished: bool,
-                     stop_reason: int | str | None) -> None:
+    def _stream_step(
+        choice: Choice,
+        text: str,
+        new_ids: list[int],
+        new_positions: list[Position] | None,
+        finished: bool,
+        stop_reason: int | str | None,
+    ) -> None:
         """Merge a step into the choice's open delta, or start one, and queue it
         for the client when it is due. With ``stream_interval`` (vLLM's output
         processor) a delta is due at once for the first tokens, then every
@@ -487,12 +375,19 @@ class Table:
         group = choice.group
         num_tokens = len(choice.detok.token_ids)
         interval = choice.params.stream_interval or 1
-        due = (interval <= 1 or finished or not choice.sent_tokens
-               or num_tokens - choice.sent_tokens >= interval)
+        due = (
+            interval <= 1
+            or finished
+            or not choice.sent_tokens
+            or num_tokens - choice.sent_tokens >= interval
+        )
         delta = choice.open_delta
         parser = choice.parser
-        if (delta is not None and (delta.logprobs is None) == (new_positions is None)
-                and (not delta.queued if parser is not None else due or not delta.queued)):
+        if (
+            delta is not None
+            and (delta.logprobs is None) == (new_positions is None)
+            and (not delta.queued if parser is not None else due or not delta.queued)
+        ):
             delta.merge(text, new_ids, new_positions, choice.finish_reason, stop_reason)
         else:
             if delta is not None and not delta.queued:  # cannot merge: let it go as it is
@@ -501,8 +396,9 @@ class Table:
                     delta.close()
                     delta.parsed = parser(delta)
                 group.pending.append(delta)
-            delta = choice.open_delta = Delta(choice, text, new_ids, new_positions,
-                                              choice.finish_reason, stop_reason)
+            delta = choice.open_delta = Delta(
+                choice, text, new_ids, new_positions, choice.finish_reason, stop_reason
+            )
         if due:
             choice.sent_tokens = num_tokens
             if not delta.queued:
@@ -513,8 +409,9 @@ class Table:
                 group.pending.append(delta)
 
     @staticmethod
-    def _apply_logprobs(state: LogprobsState, out: wire.EngineCoreOutput,
-                        num_tokens: int) -> list[Position] | None:
+    def _apply_logprobs(
+        state: LogprobsState, out: wire.EngineCoreOutput, num_tokens: int
+    ) -> list[Position] | None:
         if out.new_prompt_logprobs_tensors is not None and state.prompt is not None:
             t = out.new_prompt_logprobs_tensors
             state.add_prompt(t.token_ids.rows(), t.logprobs.rows(), t.ranks.flat())
@@ -522,9 +419,11 @@ class Table:
             return None
         lp = out.new_logprobs
         # Tokens past a matched stop string are dropped with their logprobs.
-        return state.add_sample(lp.token_ids.rows()[:num_tokens],
-                                lp.logprobs.rows()[:num_tokens],
-                                lp.ranks.flat()[:num_tokens])
+        return state.add_sample(
+            lp.token_ids.rows()[:num_tokens],
+            lp.logprobs.rows()[:num_tokens],
+            lp.ranks.flat()[:num_tokens],
+        )
 
     def _on_unknown_output(self, out: wire.EngineCoreOutput, rank: int) -> None:
         """A request this process does not track: aborted here, or left over by a
@@ -575,9 +474,14 @@ class Table:
 
     def _fail_slow_consumer(self, group: Group) -> None:
         group.drop_unsent = True
-        self._fail_group(group, ApiError(
-            "the client is not reading its stream; request aborted", 503,
-            "ServiceUnavailableError"))
+        self._fail_group(
+            group,
+            ApiError(
+                "the client is not reading its stream; request aborted",
+                503,
+                "ServiceUnavailableError",
+            ),
+        )
         if self.observer:
             self.observer.on_slow_consumer(group)
 
@@ -595,8 +499,7 @@ class Table:
         """Engine rank ``rank`` is lost (dead or stalled): its groups end with an
         error now; their engine requests are aborted if the rank can still hear
         it (a stalled rank that resumes then frees them)."""
-        groups = {id(c.group): c.group for c in self.entries.values()
-                  if c.engine_index == rank}
+        groups = {id(c.group): c.group for c in self.entries.values() if c.engine_index == rank}
         for group in groups.values():
             self._fail_group(group, engine_failure(reason))
         self.router.forget(rank)

@@ -22,9 +22,30 @@ log = logging.getLogger("frontend.hub")
 
 # vLLM's _WEIGHT_FILE_PATTERNS: what a tokenizer or config never reads.
 WEIGHT_FILE_PATTERNS = [
-    "*.safetensors", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.gguf", "*.h5", "*.msgpack",
-    "*.onnx", "*.onnx_data", "*.png", "*.jpg", "*.jpeg", "*.gif", "*.webp", "*.mp3",
-    "*.mp4", "*.wav", "*.flac", "*.parquet", "*.arrow", "*.ipynb", "*.zip", "*.tar*",
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "*.gguf",
+    "*.h5",
+    "*.msgpack",
+    "*.onnx",
+    "*.onnx_data",
+    "*.png",
+    "*.jpg",
+    "*.jpeg",
+    "*.gif",
+    "*.webp",
+    "*.mp3",
+    "*.mp4",
+    "*.wav",
+    "*.flac",
+    "*.parquet",
+    "*.arrow",
+    "*.ipynb",
+    "*.zip",
+    "*.tar*",
 ]
 
 
@@ -40,8 +61,9 @@ def is_local(name_or_path: str) -> bool:
     return os.path.exists(name_or_path)
 
 
-def resolve(name_or_path: str, revision: str | None = None,
-            options: HubOptions = HubOptions()) -> pathlib.Path:
+def resolve(
+    name_or_path: str, revision: str | None = None, options: HubOptions = HubOptions()
+) -> pathlib.Path:
     """The local directory holding ``name_or_path``'s tokenizer and config files.
 
     Raises FileNotFoundError with a message for the command line when a Hub
@@ -53,39 +75,49 @@ def resolve(name_or_path: str, revision: str | None = None,
             raise FileNotFoundError(f"{name_or_path}: not a directory")
         return path
     import huggingface_hub  # only for a Hub id (its import costs start-up time)
-    from huggingface_hub import constants
-    from huggingface_hub import errors
+    from huggingface_hub import constants, errors
 
     offline = constants.HF_HUB_OFFLINE
     where = f"{name_or_path}" + (f" (revision {revision})" if revision else "")
-    log.info("resolving %s through the Hugging Face cache%s", where,
-             " (offline)" if offline else "")
+    log.info(
+        "resolving %s through the Hugging Face cache%s", where, " (offline)" if offline else ""
+    )
     try:
         snapshot = huggingface_hub.snapshot_download(
-            repo_id=name_or_path, revision=revision or constants.DEFAULT_REVISION,
-            cache_dir=options.download_dir, token=options.token, local_files_only=offline,
-            ignore_patterns=WEIGHT_FILE_PATTERNS)
+            repo_id=name_or_path,
+            revision=revision or constants.DEFAULT_REVISION,
+            cache_dir=options.download_dir,
+            token=options.token,
+            local_files_only=offline,
+            ignore_patterns=WEIGHT_FILE_PATTERNS,
+        )
     except errors.HFValidationError as e:
         raise FileNotFoundError(
-            f"{name_or_path}: neither a local directory nor a valid Hugging Face Hub id "
-            f"({e})") from None
+            f"{name_or_path}: neither a local directory nor a valid Hugging Face Hub id ({e})"
+        ) from None
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as e:
         cache = options.download_dir or constants.HF_HUB_CACHE
         raise FileNotFoundError(
             f"{where} is not in the Hugging Face cache ({cache}) and cannot be downloaded"
-            f"{' (HF_HUB_OFFLINE is set)' if offline else ''}: {e}") from None
-    except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError,
-            errors.GatedRepoError) as e:
+            f"{' (HF_HUB_OFFLINE is set)' if offline else ''}: {e}"
+        ) from None
+    except (
+        errors.RepositoryNotFoundError,
+        errors.RevisionNotFoundError,
+        errors.GatedRepoError,
+    ) as e:
         raise FileNotFoundError(f"{where}: {e}") from None
     except (errors.HfHubHTTPError, OSError, ValueError) as e:
-        raise FileNotFoundError(f"{where}: cannot download from the Hugging Face Hub: "
-                                f"{e}") from None
+        raise FileNotFoundError(
+            f"{where}: cannot download from the Hugging Face Hub: {e}"
+        ) from None
     log.info("%s -> %s", where, snapshot)
     return pathlib.Path(snapshot)
 
 
-def repo_files(name_or_path: str, revision: str | None = None,
-               options: HubOptions = HubOptions()) -> list[str]:
+def repo_files(
+    name_or_path: str, revision: str | None = None, options: HubOptions = HubOptions()
+) -> list[str]:
     """The repository's file names, as vLLM lists them to pick a tokenizer mode:
     a local directory's files, else the Hub's listing (nothing offline or when
     the Hub cannot be reached)."""
@@ -98,8 +130,7 @@ def repo_files(name_or_path: str, revision: str | None = None,
     if constants.HF_HUB_OFFLINE:
         return []
     try:
-        return huggingface_hub.list_repo_files(name_or_path, revision=revision,
-                                               token=options.token)
+        return huggingface_hub.list_repo_files(name_or_path, revision=revision, token=options.token)
     except (OSError, ValueError) as e:
         log.warning("cannot list the files of %s on the Hub (%s)", name_or_path, e)
         return []

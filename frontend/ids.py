@@ -22,7 +22,7 @@ class _RandomPool:
         if pos + nbytes > len(self._buf):
             self._buf, pos = os.urandom(_POOL_BYTES), 0
         self._pos = pos + nbytes
-        return self._buf[pos:pos + nbytes].hex()
+        return self._buf[pos : pos + nbytes].hex()
 
 
 random_hex = _RandomPool().hex

@@ -74,8 +74,9 @@ def parse_lora_modules(items: list[str] | None) -> list[LoRAModulePath]:
 
 
 class EngineUtilities(Protocol):
-    async def call_utility_all(self, method: str, *args: Any,
-                               timeout: float = 10.0) -> list[Any]: ...
+    async def call_utility_all(
+        self, method: str, *args: Any, timeout: float = 10.0
+    ) -> list[Any]: ...
 
 
 class LoraRegistry:
@@ -92,36 +93,52 @@ class LoraRegistry:
         return self.adapters.get(name) if name else None
 
     # ------------------------------------------------------------ load / unload
-    async def load(self, name: str, path: str, *, load_inplace: bool = False,
-                   is_3d_lora_weight: bool = False,
-                   base_model_name: str | None = None) -> str:
+    async def load(
+        self,
+        name: str,
+        path: str,
+        *,
+        load_inplace: bool = False,
+        is_3d_lora_weight: bool = False,
+        base_model_name: str | None = None,
+    ) -> str:
         """Register an adapter the engine accepted; vLLM's checks and answers."""
         async with self._lock:
             if not name or not path:
                 raise invalid_input("Both 'lora_name' and 'lora_path' must be provided.")
             if name in self.served_names:
-                raise invalid_input(f"The lora adapter '{name}' conflicts with a served "
-                                    "base model.")
+                raise invalid_input(
+                    f"The lora adapter '{name}' conflicts with a served base model."
+                )
             previous = self.adapters.get(name)
             if previous is not None and not load_inplace:
                 raise invalid_input(
                     f"The lora adapter '{name}' has already been loaded. If you want to "
-                    "load the adapter in place, set 'load_inplace' to True.")
+                    "load the adapter in place, set 'load_inplace' to True."
+                )
             if previous is not None:
                 lora_id = previous.lora_int_id
             else:
                 self._last_id += 1
                 lora_id = self._last_id
             lora = LoRARequest(
-                name, lora_id, path,
+                name,
+                lora_id,
+                path,
                 base_model_name if base_model_name in self.served_names else None,
-                False, is_3d_lora_weight)
+                False,
+                is_3d_lora_weight,
+            )
             await self._add_to_engine(lora)
             if previous is not None and previous.lora_path == path:
-                log.warning("Reloaded LoRA adapter '%s' in place from the same path '%s'. "
-                            "Prefix-cache blocks computed with its previous weights are "
-                            "not invalidated; load changed weights from a new path to "
-                            "avoid reusing them.", name, path)
+                log.warning(
+                    "Reloaded LoRA adapter '%s' in place from the same path '%s'. "
+                    "Prefix-cache blocks computed with its previous weights are "
+                    "not invalidated; load changed weights from a new path to "
+                    "avoid reusing them.",
+                    name,
+                    path,
+                )
             self.adapters[name] = lora
             log.info("Loaded new LoRA adapter: name '%s', path '%s'", name, path)
             return f"Success: LoRA adapter '{name}' added successfully."
@@ -129,11 +146,14 @@ class LoraRegistry:
     async def _add_to_engine(self, lora: LoRARequest) -> None:
         try:
             await self.engine.call_utility_all(
-                "add_lora", msgspec.structs.replace(lora, load_inplace=True),
-                timeout=ADD_LORA_TIMEOUT_S)
+                "add_lora",
+                msgspec.structs.replace(lora, load_inplace=True),
+                timeout=ADD_LORA_TIMEOUT_S,
+            )
         except UtilityCallError as e:
-            not_found = (f"Loading lora {lora.lora_name} failed: No adapter found for "
-                         f"{lora.lora_path}")
+            not_found = (
+                f"Loading lora {lora.lora_name} failed: No adapter found for {lora.lora_path}"
+            )
             if not_found in e.failure_message:
                 raise ApiError(not_found, 404, "NotFoundError") from None
             raise ApiError(e.failure_message, 500, "InternalServerError") from None
@@ -143,11 +163,9 @@ class LoraRegistry:
     async def unload(self, name: str) -> str:
         async with self._lock:
             if not name:
-                raise invalid_input("'lora_name' needs to be provided to unload a LoRA "
-                                    "adapter.")
+                raise invalid_input("'lora_name' needs to be provided to unload a LoRA adapter.")
             if name not in self.adapters:
-                raise ApiError(f"The lora adapter '{name}' cannot be found.", 404,
-                               "NotFoundError")
+                raise ApiError(f"The lora adapter '{name}' cannot be found.", 404, "NotFoundError")
             del self.adapters[name]
             log.info("Removed LoRA adapter: name '%s'", name)
             return f"Success: LoRA adapter '{name}' removed successfully."
@@ -157,8 +175,12 @@ class LoraRegistry:
         """``--lora-modules`` at start-up, in order; any failure stops the start."""
         for m in modules:
             try:
-                await self.load(m.name, m.path, is_3d_lora_weight=m.is_3d_lora_weight,
-                                base_model_name=m.base_model_name)
+                await self.load(
+                    m.name,
+                    m.path,
+                    is_3d_lora_weight=m.is_3d_lora_weight,
+                    base_model_name=m.base_model_name,
+                )
             except ApiError as e:
                 raise ValueError(e.message) from None
 
@@ -170,8 +192,11 @@ class LoraRegistry:
                 try:
                     await self._add_to_engine(lora)
                 except ApiError as e:
-                    log.error("LoRA adapter '%s' dropped: the new engine did not load it: "
-                              "%s", name, e.message)
+                    log.error(
+                        "LoRA adapter '%s' dropped: the new engine did not load it: %s",
+                        name,
+                        e.message,
+                    )
                     del self.adapters[name]
 
     def parent(self, lora: LoRARequest) -> str:

@@ -39,8 +39,18 @@ _GENERATION_DEFAULT_KEYS = {
 }
 
 # transformers' clean_up_tokenization (applied when the tokenizer config asks).
-_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
-            (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+_CLEANUP = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
 
 
 def _read_json(path: pathlib.Path) -> dict[str, Any]:
@@ -112,8 +122,9 @@ class ModelInfo:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         # The same ids as encode(); the batch "fast" form skips computing
         # character offsets, a fifth of tokenization's cost.
-        return self.tokenizer.encode_batch_fast(
-            [text], add_special_tokens=add_special_tokens)[0].ids
+        return self.tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)[
+            0
+        ].ids
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
         encs = self.tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
@@ -130,25 +141,39 @@ class ModelInfo:
         return self.tokenizer.id_to_token(token_id)
 
 
-def load_model_info(model: str, *, tokenizer_dir: str | None = None,
-                    served_names: list[str] | None = None,
-                    chat_template_path: str | None = None,
-                    source: ModelSource = ModelSource()) -> ModelInfo:
+def load_model_info(
+    model: str,
+    *,
+    tokenizer_dir: str | None = None,
+    served_names: list[str] | None = None,
+    chat_template_path: str | None = None,
+    source: ModelSource = ModelSource(),
+) -> ModelInfo:
     """Load tokenizer and configs from a local Hugging Face model directory or a
     Hub id (resolved through the Hugging Face cache, as vLLM resolves it)."""
     model_dir = hub.resolve(model, source.revision, source.hub)
     tok_name = tokenizer_dir or model
     tok_revision = source.tokenizer_revision or source.revision
-    tok_dir = (model_dir if tok_name == model and tok_revision == source.revision
-               else hub.resolve(tok_name, tok_revision, source.hub))
+    tok_dir = (
+        model_dir
+        if tok_name == model and tok_revision == source.revision
+        else hub.resolve(tok_name, tok_revision, source.hub)
+    )
     config = _read_json(model_dir / "config.json")
     text_config = config.get("text_config") or config
     mode = tokenizer_modes.resolve_mode(
-        source.tokenizer_mode, tok_dir, config,
-        lambda: hub.repo_files(tok_name, tok_revision, source.hub))
+        source.tokenizer_mode,
+        tok_dir,
+        config,
+        lambda: hub.repo_files(tok_name, tok_revision, source.hub),
+    )
     loaded = tokenizer_modes.load(
-        tok_dir, mode, tokenizer_config=_read_json(tok_dir / "tokenizer_config.json"),
-        model_type=config.get("model_type"), trust_remote_code=source.trust_remote_code)
+        tok_dir,
+        mode,
+        tokenizer_config=_read_json(tok_dir / "tokenizer_config.json"),
+        model_type=config.get("model_type"),
+        trust_remote_code=source.trust_remote_code,
+    )
     log.info("tokenizer: %s from %s (tokenizer mode %s)", loaded.source, tok_dir, mode)
     tokenizer = loaded.tokenizer
     tok_config = loaded.config
@@ -168,8 +193,11 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
     generation_eos_ids = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
 
     added = {i: tok.content for i, tok in tokenizer.get_added_tokens_decoder().items()}
-    special = loaded.skip_ids if loaded.skip_ids is not None else frozenset(
-        i for i, tok in tokenizer.get_added_tokens_decoder().items() if tok.special)
+    special = (
+        loaded.skip_ids
+        if loaded.skip_ids is not None
+        else frozenset(i for i, tok in tokenizer.get_added_tokens_decoder().items() if tok.special)
+    )
     vocab_size = int(text_config.get("vocab_size") or tokenizer.get_vocab_size(True))
 
     info = ModelInfo(
@@ -184,48 +212,63 @@ def load_model_info(model: str, *, tokenizer_dir: str | None = None,
         eos_token_id=eos_id,
         generation_eos_ids=generation_eos_ids,
         default_sampling=defaults,
-        chat_template=(tok_config["chat_template"] if loaded.render_chat is not None
-                       else _load_chat_template(tok_dir, tok_config, chat_template_path)),
+        chat_template=(
+            tok_config["chat_template"]
+            if loaded.render_chat is not None
+            else _load_chat_template(tok_dir, tok_config, chat_template_path)
+        ),
         clean_up_tokenization_spaces=bool(tok_config.get("clean_up_tokenization_spaces", False)),
         added_token_ids=added,
         special_token_ids=special,
         tokenizer_config=tok_config,
         num_experts=_num_experts(text_config),
-        override_max_tokens=(defaults.get("max_tokens")
-                             if source.generation_config not in ("auto", "vllm")
-                             else source.override_generation_config.get("max_new_tokens")),
+        override_max_tokens=(
+            defaults.get("max_tokens")
+            if source.generation_config not in ("auto", "vllm")
+            else source.override_generation_config.get("max_new_tokens")
+        ),
         tokenizer_mode=mode,
         render_chat=loaded.render_chat,
     )
     info.max_chars_per_token = max(
-        (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1)
+        (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1
+    )
     if is_byte_level(tokenizer):
         info.byte_level = ByteLevelTexts(tokenizer, special)
     info.space_marker = _space_marker(tokenizer)
     if info.default_sampling and source.generation_config != "vllm":
-        log.warning("Default vLLM sampling parameters have been overridden by %s: `%s`. If "
-                    "this is not intended, please relaunch with `--generation-config vllm`.",
-                    "the model's `generation_config.json`"
-                    if source.generation_config == "auto" else source.generation_config,
-                    info.default_sampling)
+        log.warning(
+            "Default vLLM sampling parameters have been overridden by %s: `%s`. If "
+            "this is not intended, please relaunch with `--generation-config vllm`.",
+            "the model's `generation_config.json`"
+            if source.generation_config == "auto"
+            else source.generation_config,
+            info.default_sampling,
+        )
     return info
 
 
-def _generation_config(model_dir: pathlib.Path, config: dict[str, Any],
-                       source: ModelSource) -> dict[str, Any]:
+def _generation_config(
+    model_dir: pathlib.Path, config: dict[str, Any], source: ModelSource
+) -> dict[str, Any]:
     """vLLM's try_get_generation_config: the model's generation_config.json (for
     ``auto`` and ``vllm``: its EOS ids count either way) or the directory's,
     else the generation fields of the config.json beside it."""
-    where = model_dir if source.generation_config in ("auto", "vllm") else pathlib.Path(
-        source.generation_config)
+    where = (
+        model_dir
+        if source.generation_config in ("auto", "vllm")
+        else pathlib.Path(source.generation_config)
+    )
     if source.generation_config not in ("auto", "vllm") and not where.is_dir():
-        raise FileNotFoundError(f"--generation-config {source.generation_config}: "
-                                "not auto, vllm or a directory")
+        raise FileNotFoundError(
+            f"--generation-config {source.generation_config}: not auto, vllm or a directory"
+        )
     if (where / "generation_config.json").exists():
         return _read_json(where / "generation_config.json")
     fallback = config if where == model_dir else _read_json(where / "config.json")
-    return {k: v for k, v in fallback.items()
-            if k in _GENERATION_DEFAULT_KEYS or k == "eos_token_id"}
+    return {
+        k: v for k, v in fallback.items() if k in _GENERATION_DEFAULT_KEYS or k == "eos_token_id"
+    }
 
 
 def _sampling_defaults(gen_config: dict[str, Any], source: ModelSource) -> dict[str, Any]:
@@ -233,8 +276,11 @@ def _sampling_defaults(gen_config: dict[str, Any], source: ModelSource) -> dict[
     (none for ``--generation-config vllm``), --override-generation-config over them."""
     merged = {} if source.generation_config == "vllm" else dict(gen_config)
     merged.update(source.override_generation_config)
-    return {dst: merged[src] for src, dst in _GENERATION_DEFAULT_KEYS.items()
-            if merged.get(src) is not None}
+    return {
+        dst: merged[src]
+        for src, dst in _GENERATION_DEFAULT_KEYS.items()
+        if merged.get(src) is not None
+    }
 
 
 def _space_marker(tokenizer: Tokenizer) -> str | None:
@@ -257,8 +303,14 @@ def _num_experts(config: dict[str, Any]) -> int:
         value = config.get(key)
         if value:
             return int(value[0] if isinstance(value, list) else value)
-    return max((int(b.get("n_routed_experts") or 0) for b in config.get("block_configs") or []
-                if isinstance(b, dict) and b.get("block_type") == "moe"), default=0)
+    return max(
+        (
+            int(b.get("n_routed_experts") or 0)
+            for b in config.get("block_configs") or []
+            if isinstance(b, dict) and b.get("block_type") == "moe"
+        ),
+        default=0,
+    )
 
 
 def _first_int(value: Any) -> int | None:
@@ -267,8 +319,9 @@ def _first_int(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _load_chat_template(tok_dir: pathlib.Path, tok_config: dict[str, Any],
-                        override: str | None) -> str | None:
+def _load_chat_template(
+    tok_dir: pathlib.Path, tok_config: dict[str, Any], override: str | None
+) -> str | None:
     """``--chat-template`` (a file or an inline template) wins over the model's."""
     if override:
         path = pathlib.Path(override)

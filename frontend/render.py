@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from frontend import chat_template
 from frontend.errors import ApiError, from_validation, schema_error
@@ -24,8 +25,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("frontend.render")
 
 OFFLOAD_CHARS = 8192  # prompt characters above which rendering leaves the event loop
-UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template "
-                      "is not set. Refused request with untrusted chat template.")
+UNTRUSTED_TEMPLATE = (
+    "Chat template is passed with request, but --trust-request-chat-template "
+    "is not set. Refused request with untrusted chat template."
+)
 
 T = TypeVar("T")
 
@@ -38,7 +41,7 @@ class RenderedChat:
 
 
 class Renderer:
-    def __init__(self, model: "ModelInfo") -> None:
+    def __init__(self, model: ModelInfo) -> None:
         self.model = model
         self.max_model_len = 0  # set when an engine is attached (it reports it)
         # Where truncation cuts without an explicit side: vLLM loads the
@@ -46,18 +49,28 @@ class Renderer:
         self.truncation_side = "left"
         self.template = chat_template.build(model)
         if self.template is None:
-            log.warning("the model has no chat template: /v1/chat/completions will answer "
-                        "400 (start the frontend with --chat-template FILE to serve chat)")
+            log.warning(
+                "the model has no chat template: /v1/chat/completions will answer "
+                "400 (start the frontend with --chat-template FILE to serve chat)"
+            )
         else:
-            log.info("chat template: %d characters, %s content format",
-                     len(self.template.source), self.template.content_format)
+            log.info(
+                "chat template: %d characters, %s content format",
+                len(self.template.source),
+                self.template.content_format,
+            )
 
     # ------------------------------------------------------------ completion prompts
-    async def render_prompts(self, prompts: list[str | list[int]], *,
-                             add_special_tokens: bool = True,
-                             truncate: int | None = None,
-                             truncation_side: str | None = None, detokenize: bool = False,
-                             max_output_tokens: int = 1) -> list[tuple[list[int], str | None]]:
+    async def render_prompts(
+        self,
+        prompts: list[str | list[int]],
+        *,
+        add_special_tokens: bool = True,
+        truncate: int | None = None,
+        truncation_side: str | None = None,
+        detokenize: bool = False,
+        max_output_tokens: int = 1,
+    ) -> list[tuple[list[int], str | None]]:
         """``[(token_ids, prompt text)]``, all validated, as vLLM's renderer does it.
 
         The text of a token prompt is None, or with ``detokenize`` (echo) its
@@ -67,14 +80,27 @@ class Renderer:
         (see :meth:`encode`).
         """
         self._check_truncate(truncate)
-        keep = None if truncate is None else (
-            self.max_model_len - min(max_output_tokens, 1) if truncate == -1 else truncate)
-        texts = [self._check_text_length(p, truncate, truncation_side)
-                 for p in prompts if isinstance(p, str)]
-        encoded = iter(await self._off_loop(
-            sum(map(len, texts)),
-            lambda: [self._limit(self.encode(t, add_special_tokens, keep, truncation_side))
-                     for t in texts]) if texts else ())
+        keep = (
+            None
+            if truncate is None
+            else (self.max_model_len - min(max_output_tokens, 1) if truncate == -1 else truncate)
+        )
+        texts = [
+            self._check_text_length(p, truncate, truncation_side)
+            for p in prompts
+            if isinstance(p, str)
+        ]
+        encoded = iter(
+            await self._off_loop(
+                sum(map(len, texts)),
+                lambda: [
+                    self._limit(self.encode(t, add_special_tokens, keep, truncation_side))
+                    for t in texts
+                ],
+            )
+            if texts
+            else ()
+        )
         rendered = []
         for prompt in prompts:
             if isinstance(prompt, str):
@@ -96,12 +122,19 @@ class Renderer:
         except chat_template.ChatTemplateError as e:
             raise from_validation(e) from None
 
-    async def render_chat(self, conversation: list[dict[str, Any]], *,
-                          add_generation_prompt: bool, continue_final_message: bool,
-                          kwargs: dict[str, Any], add_special_tokens: bool = False,
-                          check_length: bool = True, truncate: int | None = None,
-                          truncation_side: str | None = None,
-                          max_output_tokens: int = 0) -> RenderedChat:
+    async def render_chat(
+        self,
+        conversation: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+        kwargs: dict[str, Any],
+        add_special_tokens: bool = False,
+        check_length: bool = True,
+        truncate: int | None = None,
+        truncation_side: str | None = None,
+        max_output_tokens: int = 0,
+    ) -> RenderedChat:
         """A parsed conversation -> (prompt text, prompt token ids), validated like
         vLLM (``check_length=False``: /tokenize, which has no length limit)."""
         template = self._chat_template()
@@ -112,16 +145,24 @@ class Renderer:
 
         def work() -> tuple[str, list[int]]:
             if self.model.render_chat is not None:  # the tokenizer renders (mistral)
-                return self._render_ids(conversation, add_generation_prompt,
-                                        continue_final_message, kwargs, keep, truncation_side)
-            text = template.render(conversation, add_generation_prompt=add_generation_prompt,
-                                   continue_final_message=continue_final_message,
-                                   kwargs=kwargs)
+                return self._render_ids(
+                    conversation,
+                    add_generation_prompt,
+                    continue_final_message,
+                    kwargs,
+                    keep,
+                    truncation_side,
+                )
+            text = template.render(
+                conversation,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
+                kwargs=kwargs,
+            )
             if not check_length:
                 return text, self.encode(text, add_special_tokens, keep, truncation_side)
             source = self._check_text_length(text, truncate, truncation_side)
-            return text, self._limit(self.encode(source, add_special_tokens, keep,
-                                                 truncation_side))
+            return text, self._limit(self.encode(source, add_special_tokens, keep, truncation_side))
 
         try:
             text, ids = await self._off_loop(_chars(conversation), work)
@@ -131,17 +172,25 @@ class Renderer:
             self.check_tokens(ids)
         return RenderedChat(conversation, text, ids)
 
-    def _render_ids(self, conversation: list[dict[str, Any]], add_generation_prompt: bool,
-                    continue_final_message: bool, kwargs: dict[str, Any], keep: int | None,
-                    side: str | None) -> tuple[str, list[int]]:
+    def _render_ids(
+        self,
+        conversation: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+        kwargs: dict[str, Any],
+        keep: int | None,
+        side: str | None,
+    ) -> tuple[str, list[int]]:
         """A prompt the tokenizer renders to ids itself (vLLM's MistralRenderer):
         truncated and checked like a rendered text; its text is its decoding."""
         try:
             ids = self.model.render_chat(
-                conversation, tools=kwargs.get("tools"),
+                conversation,
+                tools=kwargs.get("tools"),
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message,
-                reasoning_effort=kwargs.get("reasoning_effort"))
+                reasoning_effort=kwargs.get("reasoning_effort"),
+            )
         except ValueError as e:  # mistral_common refused it: vLLM's 400
             raise ValidationError(str(e)) from None
         ids = self._limit(_slice(ids, keep, side))
@@ -149,13 +198,15 @@ class Renderer:
 
     def _chat_template(self) -> chat_template.ChatTemplate:
         if self.template is None:
-            raise from_validation(chat_template.ChatTemplateError(
-                chat_template.NO_TEMPLATE_MESSAGE))
+            raise from_validation(
+                chat_template.ChatTemplateError(chat_template.NO_TEMPLATE_MESSAGE)
+            )
         return self.template
 
     # ------------------------------------------------------------ tokens
-    def encode(self, text: str, add_special_tokens: bool, keep: int | None = None,
-               side: str | None = None) -> list[int]:
+    def encode(
+        self, text: str, add_special_tokens: bool, keep: int | None = None, side: str | None = None
+    ) -> list[int]:
         """Tokenize, truncated like vLLM when ``keep`` is set.
 
         Without an explicit side vLLM lets the tokenizer truncate (on its
@@ -172,8 +223,11 @@ class Renderer:
         tokenizer = model.tokenizer
         encoding = tokenizer.encode(text, add_special_tokens=False)
         processor = tokenizer.post_processor
-        num_special = (processor.num_special_tokens_to_add(False)
-                       if add_special_tokens and processor is not None else 0)
+        num_special = (
+            processor.num_special_tokens_to_add(False)
+            if add_special_tokens and processor is not None
+            else 0
+        )
         text_tokens = max(keep - num_special, 0)
         if len(encoding.ids) > text_tokens:
             encoding.truncate(text_tokens, direction=self.truncation_side)
@@ -183,8 +237,7 @@ class Renderer:
 
     async def encode_for_tokenize(self, text: str, add_special_tokens: bool) -> list[int]:
         """``/tokenize``'s text form: no length limit."""
-        return await self._off_loop(
-            len(text), lambda: self.model.encode(text, add_special_tokens))
+        return await self._off_loop(len(text), lambda: self.model.encode(text, add_special_tokens))
 
     def check_tokens(self, ids: list[int]) -> None:
         """Empty, over-long and out-of-vocabulary prompts never reach the engine."""
@@ -195,11 +248,16 @@ class Renderer:
             # A text prompt was cut at max_model_len + 1 tokens, hence vLLM's
             # "at least" (also said of a token prompt of exactly that length).
             at_least = "at least " if n == self.max_model_len + 1 else ""
-            raise from_validation(ValidationError(
-                f"This model's maximum context length is {self.max_model_len} tokens. "
-                f"However, your prompt contains {at_least}{n} input tokens, which exceeds "
-                "this limit even without any output tokens. Please reduce the length of "
-                "the input prompt.", parameter="input_tokens", value=n))
+            raise from_validation(
+                ValidationError(
+                    f"This model's maximum context length is {self.max_model_len} tokens. "
+                    f"However, your prompt contains {at_least}{n} input tokens, which exceeds "
+                    "this limit even without any output tokens. Please reduce the length of "
+                    "the input prompt.",
+                    parameter="input_tokens",
+                    value=n,
+                )
+            )
         self.check_vocab(ids)
 
     def check_vocab(self, ids: list[int]) -> None:
@@ -215,18 +273,21 @@ class Renderer:
     def _limit(self, ids: list[int]) -> list[int]:
         """vLLM's tokenizer call stops at ``max_model_len + 1`` tokens (only the
         "at least" of the error message shows it)."""
-        return ids[:self.max_model_len + 1]
+        return ids[: self.max_model_len + 1]
 
     # ------------------------------------------------------------ checks
     def _check_truncate(self, truncate: int | None) -> None:
         if truncate is not None and truncate > self.max_model_len:
-            raise from_validation(ValidationError(
-                f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
-                f"= {self.max_model_len}. Please request a smaller truncation size.",
-                parameter="truncate_prompt_tokens", value=truncate))
+            raise from_validation(
+                ValidationError(
+                    f"truncate_prompt_tokens={truncate} cannot be greater than max_model_len "
+                    f"= {self.max_model_len}. Please request a smaller truncation size.",
+                    parameter="truncate_prompt_tokens",
+                    value=truncate,
+                )
+            )
 
-    def _check_text_length(self, text: str, truncate: int | None,
-                           side: str | None) -> str:
+    def _check_text_length(self, text: str, truncate: int | None, side: str | None) -> str:
         """The text to tokenize: a cheap bound first, as no token is longer than
         ``max_chars_per_token`` characters (vLLM's ``_text_len_check``). Over it,
         a request without truncation gets a 400, one with an explicit
@@ -235,12 +296,17 @@ class Renderer:
         if len(text) <= max_chars:
             return text
         if truncate is None:
-            raise from_validation(ValidationError(
-                f"This model's maximum context length is {self.max_model_len} tokens. "
-                f"However, your prompt contains {len(text)} characters (more than "
-                f"{max_chars} characters, which is the upper bound for "
-                f"{self.max_model_len} input tokens). Please reduce the length of the "
-                "input prompt.", parameter="input_text", value=len(text)))
+            raise from_validation(
+                ValidationError(
+                    f"This model's maximum context length is {self.max_model_len} tokens. "
+                    f"However, your prompt contains {len(text)} characters (more than "
+                    f"{max_chars} characters, which is the upper bound for "
+                    f"{self.max_model_len} input tokens). Please reduce the length of the "
+                    "input prompt.",
+                    parameter="input_text",
+                    value=len(text),
+                )
+            )
         if side is None:
             return text  # the tokenizer truncates
         return text[-max_chars:] if side == "left" else text[:max_chars]
@@ -252,8 +318,12 @@ class Renderer:
         return await asyncio.get_running_loop().run_in_executor(None, work)
 
 
-def template_kwargs(user_kwargs: dict[str, Any] | None, *,
-                    documents: Any = None, reasoning_effort: str | None = None) -> dict:
+def template_kwargs(
+    user_kwargs: dict[str, Any] | None,
+    *,
+    documents: Any = None,
+    reasoning_effort: str | None = None,
+) -> dict:
     """vLLM's merge: the client's chat_template_kwargs (None/"auto" values dropped)
     under the request's own template arguments."""
     merged = {k: v for k, v in (user_kwargs or {}).items() if v is not None and v != "auto"}
@@ -266,12 +336,10 @@ def template_kwargs(user_kwargs: dict[str, Any] | None, *,
     return merged
 
 
-def check_template_override(chat_template: str | None,
-                            user_kwargs: dict[str, Any] | None) -> None:
+def check_template_override(chat_template: str | None, user_kwargs: dict[str, Any] | None) -> None:
     """A template sent in the request is refused, as vLLM does without
     ``--trust-request-chat-template``."""
-    if chat_template is not None or (user_kwargs and user_kwargs.get("chat_template")
-                                     is not None):
+    if chat_template is not None or (user_kwargs and user_kwargs.get("chat_template") is not None):
         raise ApiError(UNTRUSTED_TEMPLATE)
 
 

@@ -22,7 +22,7 @@ With one rank nothing is computed: every request goes to rank 0.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable
+from collections.abc import Iterable
 
 import msgspec
 
@@ -36,12 +36,19 @@ _stats_decoder = msgspec.msgpack.Decoder()
 class RankLoad:
     """What the router knows of one rank."""
 
-    __slots__ = ("in_flight", "waiting", "running", "_raw_stats", "blocks", "block_size",
-                 "capacity")
+    __slots__ = (
+        "in_flight",
+        "waiting",
+        "running",
+        "_raw_stats",
+        "blocks",
+        "block_size",
+        "capacity",
+    )
 
     def __init__(self) -> None:
         self.in_flight = 0  # this frontend's choices on the rank
-        self.waiting = 0    # from the rank's latest scheduler stats
+        self.waiting = 0  # from the rank's latest scheduler stats
         self.running = 0
         self._raw_stats: bytes | None = None  # latest, decoded only when routing
         self.blocks: OrderedDict[int, None] = OrderedDict()
@@ -93,8 +100,7 @@ class Router:
         least = min(loads.values())
         if self.policy == "prefix":
             best, matched = self._longest_prefix(prompts, candidates)
-            if matched and loads[best] <= max(least + PREFIX_LOAD_SLACK,
-                                              least * PREFIX_LOAD_RATIO):
+            if matched and loads[best] <= max(least + PREFIX_LOAD_SLACK, least * PREFIX_LOAD_RATIO):
                 return best
         # The least loaded, ties rotating from where the last pick started.
         n = len(self.ranks)
@@ -122,8 +128,7 @@ class Router:
     def finished(self, rank: int) -> None:
         self.ranks[rank].in_flight -= 1
 
-    def _longest_prefix(self, prompts: list[list[int]],
-                        candidates: list[int]) -> tuple[int, int]:
+    def _longest_prefix(self, prompts: list[list[int]], candidates: list[int]) -> tuple[int, int]:
         """The candidate holding the most leading blocks of the prompts, and how many."""
         best, best_matched = candidates[0], 0
         by_size: dict[int, list[list[int]]] = {}  # block size -> each prompt's hashes
@@ -134,7 +139,8 @@ class Router:
             chains = by_size.get(load.block_size)
             if chains is None:
                 chains = by_size[load.block_size] = [
-                    list(block_hashes(p, load.block_size)) for p in prompts]
+                    list(block_hashes(p, load.block_size)) for p in prompts
+                ]
             matched = sum(_leading(chain, load.blocks) for chain in chains)
             if matched > best_matched:
                 best, best_matched = r, matched
@@ -145,7 +151,7 @@ def block_hashes(token_ids: list[int], block_size: int) -> Iterable[int]:
     """Chained hashes of the full blocks: a block's hash names its whole prefix."""
     h = 0
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        h = hash((h, *token_ids[start:start + block_size]))
+        h = hash((h, *token_ids[start : start + block_size]))
         yield h
 
 

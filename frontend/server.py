@@ -21,7 +21,8 @@ from typing import Any
 import zmq
 from aiohttp import web
 
-from frontend.engine_client import EngineAddresses, EngineClient
+from frontend.engine_addresses import EngineAddresses
+from frontend.engine_client import EngineClient
 from frontend.engine_handshake import HandshakeServer
 from frontend.errors import error_middleware
 from frontend.fanout import Table
@@ -81,45 +82,81 @@ class ServerConfig:
 
 
 class Server:
-    def __init__(self, model: ModelInfo, addresses: EngineAddresses,
-                 config: ServerConfig, tracer: RequestTracer | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelInfo,
+        addresses: EngineAddresses,
+        config: ServerConfig,
+        tracer: RequestTracer | None = None,
+    ) -> None:
         self.config = config
         self.notifier = systemd.Notifier.from_env()
         dp, client = config.data_parallel_size, config.client_index
         self.router = Router(dp, config.dp_routing)
         self.engine = EngineClient(
-            addresses.inputs[client], addresses.outputs[client], data_parallel_size=dp,
-            client_index=client, on_outputs=self._on_outputs,
-            on_rank_lost=self._on_rank_lost, on_rank_attached=self._on_rank_attached,
-            in_flight=self._in_flight, stall_timeout=config.engine_stall_timeout,
+            addresses.inputs[client],
+            addresses.outputs[client],
+            data_parallel_size=dp,
+            client_index=client,
+            on_outputs=self._on_outputs,
+            on_rank_lost=self._on_rank_lost,
+            on_rank_attached=self._on_rank_attached,
+            in_flight=self._in_flight,
+            stall_timeout=config.engine_stall_timeout,
             state_file=config.engine_state_file,
             hellos=config.shared.hellos if config.shared is not None else None,
-            handshake_window=config.engine_ready_timeout)
+            handshake_window=config.engine_ready_timeout,
+        )
         # With several frontend processes the supervisor answers the HELLOs.
         liveness = self.engine.liveness
-        self.handshake = HandshakeServer(
-            addresses.handshake, addresses.inputs, addresses.outputs, dp,
-            on_status=self.notifier.status, hellos=liveness.hellos, on_hello=liveness.hello,
-            rejections=self.engine.rejections) if config.shared is None else None
+        self.handshake = (
+            HandshakeServer(
+                addresses.handshake,
+                addresses.inputs,
+                addresses.outputs,
+                dp,
+                on_status=self.notifier.status,
+                hellos=liveness.hellos,
+                on_hello=liveness.hello,
+                rejections=self.engine.rejections,
+            )
+            if config.shared is None
+            else None
+        )
         recorder = None
         if not config.ops.disable_log_stats:
             recorder = StatsRecorder(
-                lambda: self.state.max_model_len, kv_cache_metrics=config.ops.kv_cache_metrics,
+                lambda: self.state.max_model_len,
+                kv_cache_metrics=config.ops.kv_cache_metrics,
                 count_nans=compute_nans_in_logits(),
-                bucket_overrides=config.ops.custom_histogram_buckets, data_parallel_size=dp)
+                bucket_overrides=config.ops.custom_histogram_buckets,
+                data_parallel_size=dp,
+            )
             recorder.tracer = tracer
-        self.table = Table(self.engine, model, self._model_limits, self.router,
-                           observer=recorder, client_index=client,
-                           num_clients=config.num_clients)
-        self.state = AppState(model, config.serving, self.engine, self.table, Renderer(model),
-                              config.parsers)
-        self.limits = admission.LimitsState(config.ops.max_concurrent_requests,
-                                            config.max_request_body, shared=config.shared,
-                                            slot=client)
-        service = (ServiceMetrics(config.metrics_dir, client)
-                   if config.metrics_dir is not None else None)
-        self.metrics = Metrics(self.state, self.limits, recorder, service,
-                               cache_flags=config.vllm_flags.cache_config())
+        self.table = Table(
+            self.engine,
+            model,
+            self._model_limits,
+            self.router,
+            observer=recorder,
+            client_index=client,
+            num_clients=config.num_clients,
+        )
+        self.state = AppState(
+            model, config.serving, self.engine, self.table, Renderer(model), config.parsers
+        )
+        self.limits = admission.LimitsState(
+            config.ops.max_concurrent_requests,
+            config.max_request_body,
+            shared=config.shared,
+            slot=client,
+        )
+        service = (
+            ServiceMetrics(config.metrics_dir, client) if config.metrics_dir is not None else None
+        )
+        self.metrics = Metrics(
+            self.state, self.limits, recorder, service, cache_flags=config.vllm_flags.cache_config()
+        )
         self.runner: web.AppRunner | None = None
         self._limits_for: object = object()  # the ReadyResponse _limits was built for
         self._limits: ModelLimits | None = None
@@ -135,8 +172,9 @@ class Server:
         # Asked on every submit: built again only when an engine (re)attaches.
         ready = self.state.ready
         if self._limits_for is not ready:
-            self._limits = dataclasses.replace(self.state.model_limits(),
-                                               num_clients=self.config.num_clients)
+            self._limits = dataclasses.replace(
+                self.state.model_limits(), num_clients=self.config.num_clients
+            )
             self._limits_for = ready
         return self._limits
 
@@ -161,17 +199,20 @@ class Server:
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
         pooling = self.pooling
-        routes = [*openai_routes(self.state, generation=pooling is None or pooling.generates),
-                  *(pooling_routes(self.state, pooling) if pooling is not None else ()),
-                  Route("GET", "/metrics", self.metrics.handle)]
+        routes = [
+            *openai_routes(self.state, generation=pooling is None or pooling.generates),
+            *(pooling_routes(self.state, pooling) if pooling is not None else ()),
+            Route("GET", "/metrics", self.metrics.handle),
+        ]
         return [*routes, openapi.route(routes)]
 
     def make_app(self) -> web.Application:
         """Routes from the route table; middlewares outermost first: request id ->
         metrics -> CORS -> API key -> admission -> errors (innermost)."""
         ops = self.config.ops
-        cors = security.Cors(ops.allowed_origins, ops.allowed_methods, ops.allowed_headers,
-                             ops.allow_credentials)
+        cors = security.Cors(
+            ops.allowed_origins, ops.allowed_methods, ops.allowed_headers, ops.allow_credentials
+        )
         http = self.metrics.http
         counters: dict[Any, Any] = {}
         chain: list[Any] = []
@@ -181,8 +222,10 @@ class Server:
         keys = security.ApiKeys(ops.api_keys)
         if keys:
             chain.append(security.api_key_middleware(keys, http.reject))
-        chain += [admission.middleware(self.limits, self.state, counters, http.reject),
-                  error_middleware]
+        chain += [
+            admission.middleware(self.limits, self.state, counters, http.reject),
+            error_middleware,
+        ]
         app = web.Application(middlewares=chain, client_max_size=self.config.max_request_body)
         for route in self.routes():
             registered = app.router.add_route(route.method, route.path, route.handler)
@@ -196,6 +239,7 @@ class Server:
         async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
             for hook in hooks:
                 hook(request, response)
+
         app.on_response_prepare.append(on_prepare)
         return app
 
@@ -206,18 +250,28 @@ class Server:
         if self.handshake is not None:
             self.notifier.status(f"waiting for an engine at {self.handshake.address}")
             self.handshake.start(zmq.Context.instance())
-        await self.engine.start(timeout=self.config.engine_ready_timeout,
-                                progress=self.notifier.status)
+        await self.engine.start(
+            timeout=self.config.engine_ready_timeout, progress=self.notifier.status
+        )
         await self._start_lora()
         self.pooling = await engine_tasks(self.state)
         engine_ready_at, engine_ready_cpu = time.monotonic(), time.process_time()
-        self.runner = web.AppRunner(self.make_app(), handler_cancellation=True,
-                                    access_log=None, **listeners.runner_kwargs(self.config.ops))
+        self.runner = web.AppRunner(
+            self.make_app(),
+            handler_cancellation=True,
+            access_log=None,
+            **listeners.runner_kwargs(self.config.ops),
+        )
         await self.runner.setup()
         config = self.config
         where = await listeners.start_sites(
-            self.runner, config.host, config.port, config.ops,
-            reuse_port=config.shared is not None, handoff=config.handoff)
+            self.runner,
+            config.host,
+            config.port,
+            config.ops,
+            reuse_port=config.shared is not None,
+            handoff=config.handoff,
+        )
         # Everything allocated so far lives for the whole process: keep it out
         # of every future collection (vLLM's freeze_gc_heap). Per-request
         # objects are mostly acyclic and short-lived, so collections can be
@@ -226,9 +280,13 @@ class Server:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
-        log.info("serving on %s (%.2f s after the engine was ready, of which %.2f s CPU; "
-                 "%.1f s total)", where, time.monotonic() - engine_ready_at,
-                 time.process_time() - engine_ready_cpu, time.monotonic() - started)
+        log.info(
+            "serving on %s (%.2f s after the engine was ready, of which %.2f s CPU; %.1f s total)",
+            where,
+            time.monotonic() - engine_ready_at,
+            time.process_time() - engine_ready_cpu,
+            time.monotonic() - started,
+        )
         self.notifier.ready(f"serving on {where}")
         if config.shared is not None:
             config.shared.ready[config.client_index] = 1
@@ -253,14 +311,20 @@ class Server:
             raise ValueError(
                 f"{flag}: the engine does not support LoRA (its ready response says "
                 "supports_lora=false); start the engine with --enable-lora and a "
-                "--max-lora-rank at least the adapters' rank")
+                "--max-lora-rank at least the adapters' rank"
+            )
         if config.serving.runtime_lora_updating:
-            log.warning("LoRA dynamic loading & unloading is enabled in the API server. "
-                        "This should ONLY be used for local development!")
+            log.warning(
+                "LoRA dynamic loading & unloading is enabled in the API server. "
+                "This should ONLY be used for local development!"
+            )
         await self.state.lora.load_static(config.lora_modules)
         if config.lora_modules:
-            log.info("LoRA adapters: %s (the engine has %d LoRA slots per batch)",
-                     ", ".join(m.name for m in config.lora_modules), ready.max_loras)
+            log.info(
+                "LoRA adapters: %s (the engine has %d LoRA slots per batch)",
+                ", ".join(m.name for m in config.lora_modules),
+                ready.max_loras,
+            )
 
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -275,11 +339,13 @@ class Server:
         the rest are aborted; then the listener closes."""
         self.state.draining = True
         self.notifier.stopping("draining")
-        log.info("shutting down: draining %d engine requests (up to %.0f s)",
-                 len(self.table), self.config.shutdown_timeout)
+        log.info(
+            "shutting down: draining %d engine requests (up to %.0f s)",
+            len(self.table),
+            self.config.shutdown_timeout,
+        )
         deadline = time.monotonic() + self.config.shutdown_timeout
-        while ((len(self.table) or self.limits.requests)
-               and time.monotonic() < deadline):
+        while (len(self.table) or self.limits.requests) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if len(self.table):
             log.warning("aborting %d engine requests still running", len(self.table))

@@ -38,8 +38,7 @@ class ServingConfig:
     runtime_lora_updating: bool = False
     trace_requests: bool = False  # --otlp-traces-endpoint: trace headers go to the engine
     # --structured-outputs-config (its backend goes into every constrained request).
-    structured_outputs: StructuredOutputsConfig = field(
-        default_factory=StructuredOutputsConfig)
+    structured_outputs: StructuredOutputsConfig = field(default_factory=StructuredOutputsConfig)
 
 
 class EngineLink(Protocol):
@@ -55,16 +54,25 @@ class EngineLink(Protocol):
 
     def rank_states(self) -> list[str]: ...
 
-    async def call_utility(self, method: str, *args: Any, rank: int | None = None,
-                           timeout: float = 10.0) -> Any: ...
+    async def call_utility(
+        self, method: str, *args: Any, rank: int | None = None, timeout: float = 10.0
+    ) -> Any: ...
 
-    async def call_utility_all(self, method: str, *args: Any,
-                               timeout: float = 10.0) -> list[Any]: ...
+    async def call_utility_all(
+        self, method: str, *args: Any, timeout: float = 10.0
+    ) -> list[Any]: ...
 
 
 class AppState:
-    def __init__(self, model: ModelInfo, config: ServingConfig, engine: EngineLink,
-                 table: Table, renderer: Renderer, parsers: ChatParsers | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelInfo,
+        config: ServingConfig,
+        engine: EngineLink,
+        table: Table,
+        renderer: Renderer,
+        parsers: ChatParsers | None = None,
+    ) -> None:
         self.model = model
         self.config = config
         self.engine = engine
@@ -82,8 +90,9 @@ class AppState:
     def engine_attached(self, ready: ReadyResponse) -> None:
         self.ready = ready
         self.renderer.max_model_len = ready.max_model_len
-        digest = hashlib.sha256(f"{self.model.path}:{ready.max_model_len}:{ready.dtype}"
-                                .encode()).hexdigest()[:8]
+        digest = hashlib.sha256(
+            f"{self.model.path}:{ready.max_model_len}:{ready.dtype}".encode()
+        ).hexdigest()[:8]
         self.system_fingerprint = f"vllm-{ready.vllm_version}-{digest}"
 
     @property
@@ -97,8 +106,11 @@ class AppState:
         return self.engine.alive and not self.draining
 
     def model_limits(self) -> ModelLimits:
-        return ModelLimits(vocab_size=self.model.vocab_size, max_model_len=self.max_model_len,
-                           max_logprobs=self.config.max_logprobs)
+        return ModelLimits(
+            vocab_size=self.model.vocab_size,
+            max_model_len=self.max_model_len,
+            max_logprobs=self.config.max_logprobs,
+        )
 
     def resolve_model(self, name: str | None) -> str:
         """The served name or LoRA adapter a request asks for (default: the

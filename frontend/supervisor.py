@@ -9,15 +9,15 @@ own SO_REUSEPORT socket on the same port, so the kernel spreads connections
 over the workers; on a Unix socket (no SO_REUSEPORT there) the parent accepts
 and hands each connection to the least busy worker (SCM_RIGHTS).
 
-Shared memory (``Shared``) holds each worker's admission counts
-(``--max-concurrent-requests`` is the service's limit), heartbeat and
-readiness; a directory holds each worker's metrics snapshot, so that /metrics
-from any worker shows the whole service. The parent speaks sd_notify for the service: ``READY=1`` once every
-worker serves, ``WATCHDOG=1`` only while every worker's heartbeat is fresh,
-``STOPPING=1`` on SIGTERM, which it forwards (each worker drains). A worker
-that dies is replaced; the replacement re-attaches to the engines from its
-state file and aborts the requests its predecessor left (their outputs are
-unknown to it), while the other workers keep serving.
+Shared memory (``Shared``) holds each worker's admission counts (``--max-
+concurrent-requests`` is the service's limit), heartbeat and readiness; a
+directory holds each worker's metrics snapshot, so that /metrics from any
+worker shows the whole service. The parent speaks sd_notify for the service:
+``READY=1`` once every worker serves, ``WATCHDOG=1`` only while every worker's
+heartbeat is fresh, ``STOPPING=1`` on SIGTERM, which it forwards (each worker
+drains). A worker that dies is replaced; the replacement re-attaches to the
+engines from its state file and aborts the requests its predecessor left (their
+outputs are unknown to it), while the other workers keep serving.
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import zmq
 
-from frontend.engine_client import EngineAddresses
+from frontend.engine_addresses import EngineAddresses
 from frontend.engine_handshake import HandshakeServer
 from frontend.ops.systemd import Notifier
 
@@ -86,9 +87,14 @@ class WorkerSpec:
 
 
 class Supervisor:
-    def __init__(self, argv: list[str], args: argparse.Namespace,
-                 addresses: EngineAddresses, shutdown_timeout: float,
-                 worker_main: Callable[[WorkerSpec], int]) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        args: argparse.Namespace,
+        addresses: EngineAddresses,
+        shutdown_timeout: float,
+        worker_main: Callable[[WorkerSpec], int],
+    ) -> None:
         self.argv = argv
         self.worker_main = worker_main  # (a module-level function: spawn pickles it)
         self.args = args
@@ -98,21 +104,27 @@ class Supervisor:
         self.ctx = multiprocessing.get_context("spawn")
         self.shared = Shared(self.ctx, self.count, args.data_parallel_size)
         self.notifier = Notifier.from_env()
-        self.handshake = HandshakeServer(addresses.handshake, addresses.inputs,
-                                         addresses.outputs, args.data_parallel_size,
-                                         on_status=self.notifier.status,
-                                         hellos=self.shared.hellos)
+        self.handshake = HandshakeServer(
+            addresses.handshake,
+            addresses.inputs,
+            addresses.outputs,
+            args.data_parallel_size,
+            on_status=self.notifier.status,
+            hellos=self.shared.hellos,
+        )
         self.listen_socket = _unix_listener(args.uds) if args.uds else None
         self.handoffs: list[socket.socket | None] = [None] * self.count
         self.workers: list[Any] = [None] * self.count
         self._next = 0
-        self.metrics_dir = tempfile.mkdtemp(prefix="vllm-frontend-metrics-",
-                                            dir=os.environ.get("XDG_RUNTIME_DIR"))
+        self.metrics_dir = tempfile.mkdtemp(
+            prefix="vllm-frontend-metrics-", dir=os.environ.get("XDG_RUNTIME_DIR")
+        )
         self.deaths: list[float] = []
         self.draining = False
 
     def run(self) -> int:
         import uvloop
+
         return uvloop.run(self._run())
 
     async def _run(self) -> int:
@@ -145,8 +157,7 @@ class Supervisor:
                 self.handoffs[index].close()
             self.handoffs[index], theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         spec = WorkerSpec(self.argv, index, self.count, self.shared, theirs, self.metrics_dir)
-        proc = self.ctx.Process(target=self.worker_main, args=(spec,),
-                                name=f"frontend-{index}")
+        proc = self.ctx.Process(target=self.worker_main, args=(spec,), name=f"frontend-{index}")
         proc.start()
         if theirs is not None:
             theirs.close()  # the worker has its copy
@@ -161,24 +172,34 @@ class Supervisor:
                 if proc.is_alive():
                     continue
                 self.shared.forget(index)
-                log.error("frontend worker %d (pid %d) exited with %s; replacing it",
-                          index, proc.pid, proc.exitcode)
+                log.error(
+                    "frontend worker %d (pid %d) exited with %s; replacing it",
+                    index,
+                    proc.pid,
+                    proc.exitcode,
+                )
                 now = time.monotonic()
                 self.deaths = [t for t in self.deaths if now - t < CRASH_WINDOW_S] + [now]
                 if len(self.deaths) >= CRASH_LIMIT:
-                    log.error("%d worker deaths within %.0f s: stopping the service",
-                              len(self.deaths), CRASH_WINDOW_S)
+                    log.error(
+                        "%d worker deaths within %.0f s: stopping the service",
+                        len(self.deaths),
+                        CRASH_WINDOW_S,
+                    )
                     return 1
                 self._start(index)
             if not announced and all(self.shared.ready):
                 announced = True
-                where = (f"unix:{self.args.uds}" if self.args.uds
-                         else f"{self.args.host}:{self.args.port}")
+                where = (
+                    f"unix:{self.args.uds}"
+                    if self.args.uds
+                    else f"{self.args.host}:{self.args.port}"
+                )
                 log.info("serving on %s with %d frontend workers", where, self.count)
                 self.notifier.ready(f"serving on {where} with {self.count} frontend workers")
             try:
                 await asyncio.wait_for(stopped.wait(), 0.2)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return 0
 
@@ -191,13 +212,17 @@ class Supervisor:
             except (BlockingIOError, InterruptedError):
                 return
             with conn:
-                ready = [i for i in range(self.count)
-                         if self.shared.ready[i] and self.handoffs[i] is not None]
+                ready = [
+                    i
+                    for i in range(self.count)
+                    if self.shared.ready[i] and self.handoffs[i] is not None
+                ]
                 if not ready:
                     continue  # (nobody serves yet: the client sees it closed)
                 start = self._next = (self._next + 1) % self.count
-                order = sorted(ready, key=lambda i: (self.shared.requests[i],
-                                                     (i - start) % self.count))
+                order = sorted(
+                    ready, key=lambda i: (self.shared.requests[i], (i - start) % self.count)
+                )
                 for index in order:
                     try:
                         socket.send_fds(self.handoffs[index], [b"c"], [conn.fileno()])

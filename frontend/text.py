@@ -30,8 +30,9 @@ REPLACEMENT_CHAR = "\ufffd"
 TAIL_SLACK = 256
 
 
-def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
-                       include_in_output: bool) -> tuple[str, int] | None:
+def check_stop_strings(
+    output_text: str, new_char_count: int, stop: list[str], include_in_output: bool
+) -> tuple[str, int] | None:
     """(matched stop string, truncate-to offset or -1) for the newest text, or None.
 
     Only the last ``new_char_count`` characters (plus ``len(stop) - 1`` before
@@ -60,16 +61,39 @@ def check_stop_strings(output_text: str, new_char_count: int, stop: list[str],
 class IncrementalDetokenizer:
     """Text of one generated sequence, fed with the engine's per-step token deltas."""
 
-    __slots__ = ("_model", "_tokenizer", "_stream", "_byte_level", "_skip_special",
-                 "_spaces_between_special", "plain", "_last_special", "stop", "min_tokens",
-                 "include_stop_str_in_output", "stop_buffer_length", "token_ids", "_head",
-                 "_head_len", "_tail", "_keep", "_streaming", "_last_output_offset")
+    __slots__ = (
+        "_model",
+        "_tokenizer",
+        "_stream",
+        "_byte_level",
+        "_skip_special",
+        "_spaces_between_special",
+        "plain",
+        "_last_special",
+        "stop",
+        "min_tokens",
+        "include_stop_str_in_output",
+        "stop_buffer_length",
+        "token_ids",
+        "_head",
+        "_head_len",
+        "_tail",
+        "_keep",
+        "_streaming",
+        "_last_output_offset",
+    )
 
-    def __init__(self, model: "ModelInfo", prompt_token_ids: list[int], *,
-                 skip_special_tokens: bool = True,
-                 spaces_between_special_tokens: bool = True,
-                 stop: list[str] | None = None, min_tokens: int = 0,
-                 include_stop_str_in_output: bool = False) -> None:
+    def __init__(
+        self,
+        model: ModelInfo,
+        prompt_token_ids: list[int],
+        *,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        stop: list[str] | None = None,
+        min_tokens: int = 0,
+        include_stop_str_in_output: bool = False,
+    ) -> None:
         self._model = model
         self._tokenizer = model.tokenizer
         self._skip_special = skip_special_tokens
@@ -78,8 +102,9 @@ class IncrementalDetokenizer:
         self._byte_level = self._stream if isinstance(self._stream, ByteLevelStream) else None
         # Spaces between consecutive added tokens are suppressed only when
         # specials are kept and the client asked for it.
-        self._spaces_between_special = (skip_special_tokens or spaces_between_special_tokens
-                                        or not model.added_token_ids)
+        self._spaces_between_special = (
+            skip_special_tokens or spaces_between_special_tokens or not model.added_token_ids
+        )
         self._last_special = False
         self.stop = stop or []
         # No stop strings and no special-token spacing: the lean path of update
@@ -87,8 +112,11 @@ class IncrementalDetokenizer:
         self.plain = not self.stop and self._spaces_between_special
         self.min_tokens = min_tokens
         self.include_stop_str_in_output = include_stop_str_in_output
-        self.stop_buffer_length = (max(len(s) for s in self.stop) - 1
-                                   if self.stop and not include_stop_str_in_output else 0)
+        self.stop_buffer_length = (
+            max(len(s) for s in self.stop) - 1
+            if self.stop and not include_stop_str_in_output
+            else 0
+        )
         self.token_ids: list[int] = []
         # The text is kept as settled pieces (_head) plus a short _tail that
         # every new token appends to: appending to one growing str would copy
@@ -159,8 +187,9 @@ class IncrementalDetokenizer:
             check_from = offsets[max(self.min_tokens - num_prev, 0)]
             # The tail also holds the longest stop string's length before the
             # new text, so searching it finds what searching the whole would.
-            match = check_stop_strings(self._tail, len(self._tail) - check_from,
-                                       self.stop, self.include_stop_str_in_output)
+            match = check_stop_strings(
+                self._tail, len(self._tail) - check_from, self.stop, self.include_stop_str_in_output
+            )
         if match is None:
             self._settle()
             return None
@@ -169,7 +198,7 @@ class IncrementalDetokenizer:
         if not self.include_stop_str_in_output:
             stop_end += len(stop_string)
         kept = bisect_left(offsets, stop_end, lo=1)
-        del self.token_ids[num_prev + kept:]
+        del self.token_ids[num_prev + kept :]
         if truncate_to != -1:
             self._tail = self._tail[:truncate_to]
         return stop_string
@@ -196,8 +225,11 @@ class IncrementalDetokenizer:
         byte_level = self._byte_level
         # A token that is whole text on its own, nothing pending: the
         # byte-level stream's table has its text (what step would return).
-        piece = (byte_level.table.get(token_id)
-                 if byte_level is not None and not byte_level.pending else None)
+        piece = (
+            byte_level.table.get(token_id)
+            if byte_level is not None and not byte_level.pending
+            else None
+        )
         if not piece:
             try:  # _step, inlined
                 piece = self._stream.step(self._tokenizer, token_id)
@@ -228,7 +260,7 @@ class IncrementalDetokenizer:
         if last < length:
             self._last_output_offset = length
             if last >= head_len:
-                return self._tail[last - head_len:length - head_len]
+                return self._tail[last - head_len : length - head_len]
             return self.output_text[last:length]  # (text settled before streaming began)
         return ""
 
@@ -261,13 +293,11 @@ class IncrementalDetokenizer:
         return self._stream.step(self._model.tokenizer, token_id)
 
 
-def _decode_stream(model: "ModelInfo", prompt_token_ids: list[int],
-                   skip_special_tokens: bool):
+def _decode_stream(model: ModelInfo, prompt_token_ids: list[int], skip_special_tokens: bool):
     """A stream primed with the prompt: the fast byte-level one where it matches
     DecodeStream exactly (the prompt ends on a complete character), else DecodeStream."""
     texts = model.byte_level
-    if texts is not None and not _ends_mid_character(texts, prompt_token_ids,
-                                                     skip_special_tokens):
+    if texts is not None and not _ends_mid_character(texts, prompt_token_ids, skip_special_tokens):
         return ByteLevelStream(texts, skip_special_tokens)
     return decoders.DecodeStream(ids=prompt_token_ids, skip_special_tokens=skip_special_tokens)
 
@@ -292,7 +322,7 @@ class TokenTexts:
     position, and the same ids come up again and again.
     """
 
-    def __init__(self, model: "ModelInfo") -> None:
+    def __init__(self, model: ModelInfo) -> None:
         self._model = model
         self._cache: dict[int, str] = {}
 
@@ -333,7 +363,7 @@ class TokenTexts:
                     break
             prefix = decode(ctx[:clean_end]) if clean_end > 0 else ""
             if full.startswith(prefix):
-                return full[len(prefix):]
+                return full[len(prefix) :]
             common = 0
             for a, b in zip(prefix, full):
                 if a != b:
@@ -347,8 +377,13 @@ class TokenTexts:
 Position = dict[int, tuple[float, int, str]]
 
 
-def make_position(token_ids: list[int], logprobs: list[float], sampled_rank: int,
-                  num_logprobs: int, texts: list[str]) -> Position:
+def make_position(
+    token_ids: list[int],
+    logprobs: list[float],
+    sampled_rank: int,
+    num_logprobs: int,
+    texts: list[str],
+) -> Position:
     """vLLM's per-position dict: the sampled token (its rank), then top-k ranks 1..k.
 
     A token that appears twice keeps its first place and the later values,
@@ -363,26 +398,28 @@ def make_position(token_ids: list[int], logprobs: list[float], sampled_rank: int
 class LogprobsState:
     """Sample (and prompt) logprobs of one sequence, decoded position by position."""
 
-    __slots__ = ("texts", "num_logprobs", "num_prompt_logprobs", "sample", "prompt",
-                 "cumulative")
+    __slots__ = ("texts", "num_logprobs", "num_prompt_logprobs", "sample", "prompt", "cumulative")
 
-    def __init__(self, texts: TokenTexts, num_logprobs: int | None,
-                 num_prompt_logprobs: int | None) -> None:
+    def __init__(
+        self, texts: TokenTexts, num_logprobs: int | None, num_prompt_logprobs: int | None
+    ) -> None:
         self.texts = texts
         self.num_logprobs = num_logprobs
         self.num_prompt_logprobs = num_prompt_logprobs
         self.sample: list[Position] = []
         # Prompt position 0 has no logprob.
         self.prompt: list[Position | None] | None = (
-            [None] if num_prompt_logprobs is not None else None)
+            [None] if num_prompt_logprobs is not None else None
+        )
         self.cumulative = 0.0
 
     @staticmethod
     def _context(positions: list) -> list[int]:
         return [next(iter(p)) for p in positions[-4:] if p]
 
-    def add_sample(self, token_rows: list[list[int]], logprob_rows: list[list[float]],
-                   ranks: list[int]) -> list[Position]:
+    def add_sample(
+        self, token_rows: list[list[int]], logprob_rows: list[list[float]], ranks: list[int]
+    ) -> list[Position]:
         """Positions for one engine step; returns the new ones."""
         new: list[Position] = []
         for ids, lps, rank in zip(token_rows, logprob_rows, ranks):
@@ -393,8 +430,9 @@ class LogprobsState:
             new.append(pos)
         return new
 
-    def add_prompt(self, token_rows: list[list[int]], logprob_rows: list[list[float]],
-                   ranks: list[int]) -> None:
+    def add_prompt(
+        self, token_rows: list[list[int]], logprob_rows: list[list[float]], ranks: list[int]
+    ) -> None:
         assert self.prompt is not None
         for ids, lps, rank in zip(token_rows, logprob_rows, ranks):
             texts = self.texts.position(ids, self._context(self.prompt))

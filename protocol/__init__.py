@@ -19,9 +19,24 @@ from protocol.wire import (
 )
 
 __all__ = [
-    "ENGINE_CORE_DEAD", "EngineCoreOutput", "EngineCoreOutputs", "EngineCoreRequest",
-    "EngineDeadError", "EngineVersionError", "FinishReason", "ModelLimits", "OutputKind",
-    "PoolingParams", "ProtocolError", "ReadyResponse", "RequestType", "SamplingParams", "ValidationError",
-    "check_engine_version", "decode_outputs", "encode_abort", "encode_add",
+    "ENGINE_CORE_DEAD",
+    "EngineCoreOutput",
+    "EngineCoreOutputs",
+    "EngineCoreRequest",
+    "EngineDeadError",
+    "EngineVersionError",
+    "FinishReason",
+    "ModelLimits",
+    "OutputKind",
+    "PoolingParams",
+    "ProtocolError",
+    "ReadyResponse",
+    "RequestType",
+    "SamplingParams",
+    "ValidationError",
+    "check_engine_version",
+    "decode_outputs",
+    "encode_abort",
+    "encode_add",
     "encode_utility",
 ]

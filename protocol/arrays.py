@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import struct
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -26,15 +27,26 @@ if sys.byteorder != "little":  # pragma: no cover - every supported host is LE
 
 # dtype string -> (memoryview format, item size). numpy strings and torch names.
 _FORMATS: dict[str, tuple[str, int]] = {
-    "<i1": ("b", 1), "|i1": ("b", 1), "int8": ("b", 1),
-    "<u1": ("B", 1), "|u1": ("B", 1), "uint8": ("B", 1),
-    "|b1": ("?", 1), "bool": ("?", 1),
-    "<i2": ("h", 2), "int16": ("h", 2),
-    "<i4": ("i", 4), "int32": ("i", 4),
-    "<i8": ("q", 8), "int64": ("q", 8),
-    "<f2": ("e", 2), "float16": ("e", 2),
-    "<f4": ("f", 4), "float32": ("f", 4),
-    "<f8": ("d", 8), "float64": ("d", 8),
+    "<i1": ("b", 1),
+    "|i1": ("b", 1),
+    "int8": ("b", 1),
+    "<u1": ("B", 1),
+    "|u1": ("B", 1),
+    "uint8": ("B", 1),
+    "|b1": ("?", 1),
+    "bool": ("?", 1),
+    "<i2": ("h", 2),
+    "int16": ("h", 2),
+    "<i4": ("i", 4),
+    "int32": ("i", 4),
+    "<i8": ("q", 8),
+    "int64": ("q", 8),
+    "<f2": ("e", 2),
+    "float16": ("e", 2),
+    "<f4": ("f", 4),
+    "float32": ("f", 4),
+    "<f8": ("d", 8),
+    "float64": ("d", 8),
 }
 # Reverse map used when we encode (mock engine, tests): format -> numpy dtype str.
 _NUMPY_DTYPE = {"i": "<i4", "q": "<i8", "f": "<f4", "d": "<f8", "?": "|b1"}
@@ -63,8 +75,11 @@ class NDArray(msgspec.Struct, array_like=True, gc=False):
         buf = self.buffer(frames)
         if self.dtype == "bfloat16":
             halves = buf.cast("H")
-            return list(struct.unpack(f"<{len(halves)}f", b"".join(
-                (h << 16).to_bytes(4, "little") for h in halves)))
+            return list(
+                struct.unpack(
+                    f"<{len(halves)}f", b"".join((h << 16).to_bytes(4, "little") for h in halves)
+                )
+            )
         try:
             fmt, size = _FORMATS[self.dtype]
         except KeyError:
@@ -81,7 +96,7 @@ class NDArray(msgspec.Struct, array_like=True, gc=False):
         if len(self.shape) < 2:
             return values
         width = self.shape[-1]
-        return [values[i:i + width] for i in range(0, len(values), width)]
+        return [values[i : i + width] for i in range(0, len(values), width)]
 
 
 def ext_hook(code: int, data: memoryview) -> Any:
@@ -90,11 +105,13 @@ def ext_hook(code: int, data: memoryview) -> Any:
         return bytes(data)  # inline arrays are < 256 bytes; own them
     raise ProtocolError(
         f"engine sent msgpack extension type {code}; pickled payloads are refused "
-        "(is the engine running with VLLM_ALLOW_INSECURE_SERIALIZATION=1?)")
+        "(is the engine running with VLLM_ALLOW_INSECURE_SERIALIZATION=1?)"
+    )
 
 
-def make_array(values: Sequence, shape: Sequence[int], fmt: str, aux: list[bytes],
-               *, torch_names: bool = False) -> NDArray:
+def make_array(
+    values: Sequence, shape: Sequence[int], fmt: str, aux: list[bytes], *, torch_names: bool = False
+) -> NDArray:
     """Build an NDArray the way vLLM's encoder would.
 
     Arrays of at least INLINE_THRESHOLD bytes go out-of-band: their bytes are

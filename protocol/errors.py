@@ -29,8 +29,7 @@ class ValidationError(ValueError):
     from vLLM's own server: ``"<message> (parameter=<p>, value=<v>)"``.
     """
 
-    def __init__(self, message: str, *, parameter: str | None = None,
-                 value: Any = None) -> None:
+    def __init__(self, message: str, *, parameter: str | None = None, value: Any = None) -> None:
         super().__init__(message)
         self.message = message
         self.parameter = parameter

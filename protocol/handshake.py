@@ -93,8 +93,7 @@ def encode_status(status: str, *, local: bool = False, headless: bool = True) ->
 
 
 def encode_init(inputs: list[str], outputs: list[str]) -> bytes:
-    return msgspec.msgpack.encode(
-        HandshakeInit(EngineAddresses(inputs=inputs, outputs=outputs)))
+    return msgspec.msgpack.encode(HandshakeInit(EngineAddresses(inputs=inputs, outputs=outputs)))
 
 
 def decode_init(payload: bytes) -> HandshakeInit:
@@ -123,4 +122,5 @@ def check_engine_version(ready: ReadyResponse | None) -> None:
             f"the engine runs vLLM {version}, but this frontend speaks the wire "
             f"protocol of vLLM {SUPPORTED_VLLM_SERIES}.x only; the positional message "
             f"layouts change between releases. Run vllm {SUPPORTED_VLLM_SERIES}.x "
-            "on the engine side.")
+            "on the engine side."
+        )

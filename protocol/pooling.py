@@ -24,8 +24,14 @@ from protocol.errors import ValidationError
 from protocol.sampling import OutputKind
 
 # vllm/tasks.py: POOLING_TASKS; score/encode were removed (the engine refuses them).
-POOLING_TASKS = ("embed", "classify", "token_embed", "token_classify", "plugin",
-                 "embed&token_classify")
+POOLING_TASKS = (
+    "embed",
+    "classify",
+    "token_embed",
+    "token_classify",
+    "plugin",
+    "embed&token_classify",
+)
 REMOVED_TASKS = {
     "score": "`score` task was removed; use `classify` instead.",
     "encode": "`encode` task was removed; use `token_embed` or `token_classify` instead.",
@@ -67,11 +73,14 @@ def check(params: PoolingParams) -> None:
     if isinstance(task, str) and task in REMOVED_TASKS:
         raise ValidationError(REMOVED_TASKS[task], parameter="task")
     if task not in POOLING_TASKS:
-        raise ValidationError(f"pooling task {task!r} is not one of {POOLING_TASKS}",
-                              parameter="task")
+        raise ValidationError(
+            f"pooling task {task!r} is not one of {POOLING_TASKS}", parameter="task"
+        )
     if params.output_kind != OutputKind.FINAL_ONLY:
-        raise ValidationError("For pooling output_kind has to be FINAL_ONLY, "
-                              f"got {params.output_kind!r}")
+        raise ValidationError(
+            f"For pooling output_kind has to be FINAL_ONLY, got {params.output_kind!r}"
+        )
     if params.dimensions is not None and params.dimensions < 1:
-        raise ValidationError(f"dimensions must be at least 1, got {params.dimensions}",
-                              parameter="dimensions")
+        raise ValidationError(
+            f"dimensions must be at least 1, got {params.dimensions}", parameter="dimensions"
+        )

@@ -44,11 +44,15 @@ class StructuredOutputsParams(msgspec.Struct, omit_defaults=True, kw_only=True):
     def __post_init__(self) -> None:
         count = sum(getattr(self, name) is not None for name in CONSTRAINTS)
         if count > 1:
-            raise ValidationError("You can only use one kind of structured outputs "
-                                  f"constraint but multiple are specified: {self.as_dict()}")
+            raise ValidationError(
+                "You can only use one kind of structured outputs "
+                f"constraint but multiple are specified: {self.as_dict()}"
+            )
         if count < 1:
-            raise ValidationError("You must use one kind of structured outputs constraint "
-                                  f"but none are specified: {self.as_dict()}")
+            raise ValidationError(
+                "You must use one kind of structured outputs constraint "
+                f"but none are specified: {self.as_dict()}"
+            )
 
     @property
     def kind(self) -> str:
@@ -66,7 +70,8 @@ def check(p: StructuredOutputsParams) -> None:
     if p.backend not in ENGINE_BACKENDS:
         raise ValidationError(
             f"structured outputs need a grammar backend (_backend) out of "
-            f"{', '.join(ENGINE_BACKENDS)}, got {p.backend!r}")
+            f"{', '.join(ENGINE_BACKENDS)}, got {p.backend!r}"
+        )
     check_content(p)
 
 
@@ -80,10 +85,11 @@ def check_content(p: StructuredOutputsParams) -> None:
     if isinstance(p.json, str) and not p.json.strip():
         raise ValidationError("structured_outputs.json cannot be an empty string")
     if p.json_object is False:
-        raise ValidationError("structured_outputs.json_object must be True if set; omit "
-                              "structured_outputs to disable structured outputs")
-    if p.regex and "\x00" in p.regex:
         raise ValidationError(
-            "structured_outputs.regex must not contain a NUL character ('\\x00')")
+            "structured_outputs.json_object must be True if set; omit "
+            "structured_outputs to disable structured outputs"
+        )
+    if p.regex and "\x00" in p.regex:
+        raise ValidationError("structured_outputs.regex must not contain a NUL character ('\\x00')")
     if isinstance(p.structural_tag, str) and not p.structural_tag.strip():
         raise ValidationError("structured_outputs.structural_tag cannot be an empty string")

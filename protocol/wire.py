@@ -10,7 +10,8 @@ decoders accept shorter arrays (trailing defaults) and ignore extra elements.
 from __future__ import annotations
 
 import enum
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -210,13 +211,29 @@ def _map_items(*items: tuple[str, Any]) -> bytes:
 # SchedulerStats map of such a step ends with these bytes: a byte comparison
 # tells it (only gauges to read) without decoding ~500 bytes.
 NOTHING_COUNTED = _map_items(
-    ("prefix_cache_stats", {"reset": False, "requests": 0, "queries": 0, "hits": 0,
-                            "preempted_requests": 0, "preempted_queries": 0,
-                            "preempted_hits": 0, "hits_by_source": {}}),
-    ("connector_prefix_cache_stats", None), ("kv_cache_eviction_events", []),
-    ("spec_decoding_stats", None), ("kv_connector_stats", None), ("ec_connector_stats", None),
-    ("waiting_lora_adapters", {}), ("running_lora_adapters", {}), ("cudagraph_stats", None),
-    ("perf_stats", None))
+    (
+        "prefix_cache_stats",
+        {
+            "reset": False,
+            "requests": 0,
+            "queries": 0,
+            "hits": 0,
+            "preempted_requests": 0,
+            "preempted_queries": 0,
+            "preempted_hits": 0,
+            "hits_by_source": {},
+        },
+    ),
+    ("connector_prefix_cache_stats", None),
+    ("kv_cache_eviction_events", []),
+    ("spec_decoding_stats", None),
+    ("kv_connector_stats", None),
+    ("ec_connector_stats", None),
+    ("waiting_lora_adapters", {}),
+    ("running_lora_adapters", {}),
+    ("cudagraph_stats", None),
+    ("perf_stats", None),
+)
 
 
 def decode_scheduler_stats(raw: msgspec.Raw) -> SchedulerStats | None:
@@ -240,8 +257,9 @@ _outputs_decoder = msgspec.msgpack.Decoder(EngineCoreOutputs, ext_hook=ext_hook)
 _step_decoder = msgspec.msgpack.Decoder(StepOutputs, ext_hook=ext_hook)
 
 
-def check_prompt(prompt_token_ids: Sequence[int], limits: ModelLimits,
-                 *, pooling: bool = False) -> None:
+def check_prompt(
+    prompt_token_ids: Sequence[int], limits: ModelLimits, *, pooling: bool = False
+) -> None:
     """The prompt checks the engine does not do (a bad prompt crashes it).
 
     Messages are vLLM's: the renderer's for a prompt longer than the context,
@@ -258,13 +276,17 @@ def check_prompt(prompt_token_ids: Sequence[int], limits: ModelLimits,
             f"This model's maximum context length is {max_len} tokens. "
             f"However, your prompt contains {n} input tokens, which exceeds this limit "
             "even without any output tokens. Please reduce the length of the input "
-            "prompt.", parameter="input_tokens", value=n)
+            "prompt.",
+            parameter="input_tokens",
+            value=n,
+        )
     if n == max_len and not pooling:
         raise ValidationError(
             f"The decoder prompt (length {n}) plus the number of requested output "
             f"tokens (at least 1) is longer than the maximum model length of {max_len}. "
             "Make sure that `max_model_len` is no smaller than the number of text "
-            "tokens (prompt + requested output tokens).")
+            "tokens (prompt + requested output tokens)."
+        )
     lowest, highest = min(prompt_token_ids), max(prompt_token_ids)
     if lowest < 0:
         raise ValidationError(f"Token id {lowest} is out of vocabulary")
@@ -280,13 +302,15 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
     params = request.sampling_params
     pooling = request.pooling_params
     if (params is None) == (pooling is None):
-        raise ValidationError("an engine request has either sampling_params (generation) "
-                              "or pooling_params (pooling)")
+        raise ValidationError(
+            "an engine request has either sampling_params (generation) or pooling_params (pooling)"
+        )
     if params is not None and params.max_tokens is None:
         raise ValidationError("max_tokens must be set before sending to the engine")
     if not 0 <= request.client_index < limits.num_clients:
-        raise ValidationError(f"client_index must name one of the engine's "
-                              f"{limits.num_clients} output sockets")
+        raise ValidationError(
+            f"client_index must name one of the engine's {limits.num_clients} output sockets"
+        )
     try:
         check_prompt(request.prompt_token_ids or (), limits, pooling=pooling is not None)
         if pooling is not None:
@@ -303,8 +327,7 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         # handler: a field of the wrong type (True for an int, 1.0 for a token
         # id) kills its input thread. Decode once with the same field types.
         _request_decoder.decode(payload)
-    except (TypeError, ValueError, OverflowError, RecursionError,
-            msgspec.MsgspecError) as e:
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError) as e:
         raise ValidationError(f"request cannot be sent to the engine: {e}") from None
     return [RequestType.ADD.value, payload]
 
@@ -313,19 +336,22 @@ def encode_abort(request_ids: Sequence[str]) -> list[bytes]:
     return [RequestType.ABORT.value, _encoder.encode(list(request_ids))]
 
 
-def encode_utility(call_id: int, method: str, args: Sequence[Any] = (),
-                   client_index: int = 0) -> list[bytes]:
+def encode_utility(
+    call_id: int, method: str, args: Sequence[Any] = (), client_index: int = 0
+) -> list[bytes]:
     if method == "handle_fault_tolerance":  # intercepted; kills the input thread
         raise ValidationError("handle_fault_tolerance must not be called as a utility")
     if not 0 <= call_id < 2**64:
         raise ValidationError("utility call ids are unsigned 64-bit integers")
-    return [RequestType.UTILITY.value,
-            _encoder.encode([client_index, call_id, method, list(args)])]
+    return [RequestType.UTILITY.value, _encoder.encode([client_index, call_id, method, list(args)])]
 
 
 def is_engine_dead(frames: Sequence[Any]) -> bool:
-    return (len(frames) == 1 and len(frames[0]) == len(ENGINE_CORE_DEAD)
-            and bytes(frames[0]) == ENGINE_CORE_DEAD)
+    return (
+        len(frames) == 1
+        and len(frames[0]) == len(ENGINE_CORE_DEAD)
+        and bytes(frames[0]) == ENGINE_CORE_DEAD
+    )
 
 
 def decode_outputs(frames: Sequence[Any]) -> EngineCoreOutputs:
@@ -406,8 +432,16 @@ def encode_outputs(outs: EngineCoreOutputs, aux: list[bytes] | None = None) -> l
     return [payload, *(aux[1:] if aux else ())]
 
 
-def utility_reply(call_id: int, value: Any = None, failure: str | None = None,
-                  engine_index: int = 0, timestamp: float = 0.0) -> EngineCoreOutputs:
+def utility_reply(
+    call_id: int,
+    value: Any = None,
+    failure: str | None = None,
+    engine_index: int = 0,
+    timestamp: float = 0.0,
+) -> EngineCoreOutputs:
     result = None if failure is not None else [None, value]
-    return EngineCoreOutputs(engine_index=engine_index, timestamp=timestamp,
-                             utility_output=UtilityOutput(call_id, failure, result))
+    return EngineCoreOutputs(
+        engine_index=engine_index,
+        timestamp=timestamp,
+        utility_output=UtilityOutput(call_id, failure, result),
+    )

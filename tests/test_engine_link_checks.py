@@ -14,8 +14,8 @@ import pytest
 import zmq
 
 from frontend import engine_ranks
-from frontend.engine_client import (EngineAddresses, EngineClient, beyond_loopback,
-                                    derive_addresses)
+from frontend.engine_addresses import EngineAddresses, beyond_loopback, derive_addresses
+from frontend.engine_client import EngineClient
 from frontend.engine_ranks import RankLiveness
 from frontend.engine_rejections import LOG_EVERY_S, REASONS, Rejections
 from harness.ports import HOST, free_port_triple

@@ -11,7 +11,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from frontend.fanout import Group
+from frontend.choices import Group
 from frontend.model import load_model_info
 from frontend.openai.common import StreamOptions
 from frontend.openai.completions import CompletionRequest, CompletionView

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from frontend.cli import build_parser, parse_args
-from frontend.fanout import Group
+from frontend.choices import Group
 from frontend.model import load_model_info
 from frontend.openai.completions import CompletionRequest
 from frontend.openai.sampling import build_sampling_params

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from frontend.fanout import Group
+from frontend.choices import Group
 from frontend.model import load_model_info
 from frontend.openai.common import trace_headers
 from frontend.openai.completions import CompletionRequest

@@ -54,8 +54,7 @@ class Control:
             raise SilentExit
         if name == "stall":
             seconds = cmd.get("seconds")
-            engine.stalled_until = math.inf if seconds is None \
-                else time.monotonic() + seconds
+            engine.stalled_until = math.inf if seconds is None else time.monotonic() + seconds
             return {"ok": True}
         if name == "configure":
             return {"ok": True, **self._configure(cmd)}
@@ -81,8 +80,11 @@ class Control:
             s.tokens_per_step = max(1, int(cmd["tokens_per_step"]))
         if "eos_rate" in cmd:
             s.eos_rate = min(1.0, max(0.0, float(cmd["eos_rate"])))
-        return {"step_time": s.step_time, "tokens_per_step": s.tokens_per_step,
-                "eos_rate": s.eos_rate}
+        return {
+            "step_time": s.step_time,
+            "tokens_per_step": s.tokens_per_step,
+            "eos_rate": s.eos_rate,
+        }
 
     def _stats(self) -> dict:
         engine = self.engine

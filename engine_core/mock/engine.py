@@ -79,8 +79,14 @@ _WAKEUP = b"\x05"
 _KNOWN_TYPES = {t.value for t in RequestType} | {_EXECUTOR_FAILED, _WAKEUP}
 
 
-def _socket(ctx: zmq.Context, kind: int, addr: str, *, identity: bytes | None = None,
-            linger: int | None = None) -> zmq.Socket:
+def _socket(
+    ctx: zmq.Context,
+    kind: int,
+    addr: str,
+    *,
+    identity: bytes | None = None,
+    linger: int | None = None,
+) -> zmq.Socket:
     """A connecting socket with vLLM's options (unlimited HWMs)."""
     sock = ctx.socket(kind)
     if kind in (zmq.DEALER, zmq.PULL, zmq.ROUTER):
@@ -116,20 +122,31 @@ class MockEngine:
         self.settings = Settings(args.step_time, args.tokens_per_step, args.eos_rate)
         self.block_size = args.block_size
         self.num_blocks = max(1, -(-args.max_num_seqs * args.max_model_len // args.block_size))
-        self.pooler = MockPooler(args.convert, args.model) \
-            if getattr(args, "runner", "generate") == "pooling" else None
-        self.sched = Scheduler(facts, self.settings, max_model_len=args.max_model_len,
-                               max_num_seqs=args.max_num_seqs, block_size=self.block_size,
-                               num_blocks=self.num_blocks, seed=args.seed, pooler=self.pooler)
+        self.pooler = (
+            MockPooler(args.convert, args.model)
+            if getattr(args, "runner", "generate") == "pooling"
+            else None
+        )
+        self.sched = Scheduler(
+            facts,
+            self.settings,
+            max_model_len=args.max_model_len,
+            max_num_seqs=args.max_num_seqs,
+            block_size=self.block_size,
+            num_blocks=self.num_blocks,
+            seed=args.seed,
+            pooler=self.pooler,
+        )
         self.utils = Utilities(self.sched, self.abort_in_flight)
         if self.pooler is not None:
             self.utils.methods["get_supported_tasks"] = lambda: self.pooler.tasks
-        self.loras = Loras(args.enable_lora, args.max_loras, args.max_lora_rank,
-                           args.max_cpu_loras)
-        self.utils.methods.update(add_lora=self.loras.add_lora,
-                                  remove_lora=self.loras.remove_lora,
-                                  list_loras=self.loras.list_loras,
-                                  pin_lora=self.loras.pin_lora)
+        self.loras = Loras(args.enable_lora, args.max_loras, args.max_lora_rank, args.max_cpu_loras)
+        self.utils.methods.update(
+            add_lora=self.loras.add_lora,
+            remove_lora=self.loras.remove_lora,
+            list_loras=self.loras.list_loras,
+            pin_lora=self.loras.pin_lora,
+        )
         self.counters = Counters()
         self.ctx = zmq.Context()
         self.control: ControlChannel | None = None  # set by the CLI
@@ -182,8 +199,7 @@ class MockEngine:
             shake.close(linger=0)
             raise
         shake.close(linger=5000)  # READY must get out
-        logger.info("EngineCore ready: inputs=%s outputs=%s", addresses.inputs,
-                    addresses.outputs)
+        logger.info("EngineCore ready: inputs=%s outputs=%s", addresses.inputs, addresses.outputs)
 
     def _handshake(self, shake: zmq.Socket) -> handshake.EngineAddresses:
         shake.send(handshake.encode_status("HELLO", local=False, headless=True))
@@ -194,12 +210,13 @@ class MockEngine:
             if time.monotonic() > deadline:
                 raise StartupError(
                     "Did not receive response from front-end process within "
-                    f"{self.args.handshake_timeout / 60:g} minutes")
+                    f"{self.args.handshake_timeout / 60:g} minutes"
+                )
         addresses = self._decode_init(shake.recv()).addresses
-        self.inputs = [_socket(self.ctx, zmq.DEALER, a, identity=self.identity)
-                       for a in addresses.inputs]
-        self.outputs = [_socket(self.ctx, zmq.PUSH, a, linger=4000)
-                        for a in addresses.outputs]
+        self.inputs = [
+            _socket(self.ctx, zmq.DEALER, a, identity=self.identity) for a in addresses.inputs
+        ]
+        self.outputs = [_socket(self.ctx, zmq.PUSH, a, linger=4000) for a in addresses.outputs]
         # The first input message registers the DEALER with the frontend's ROUTER.
         ready = handshake.encode_ready_response(self._ready_response())
         for sock in self.inputs:
@@ -219,17 +236,27 @@ class MockEngine:
     def _ready_response(self) -> handshake.ReadyResponse:
         a, kv_tokens = self.args, self.num_blocks * self.block_size
         return handshake.ReadyResponse(
-            max_model_len=a.max_model_len, num_gpu_blocks=self.num_blocks,
-            block_size=self.block_size, dp_stats_address=None, dtype="float32",
-            vllm_version=VLLM_VERSION, world_size=1, data_parallel_size=1,
-            tensor_parallel_size=1, pipeline_parallel_size=1,
-            decode_context_parallel_size=1, data_parallel_rank=self.rank,
+            max_model_len=a.max_model_len,
+            num_gpu_blocks=self.num_blocks,
+            block_size=self.block_size,
+            dp_stats_address=None,
+            dtype="float32",
+            vllm_version=VLLM_VERSION,
+            world_size=1,
+            data_parallel_size=1,
+            tensor_parallel_size=1,
+            pipeline_parallel_size=1,
+            decode_context_parallel_size=1,
+            data_parallel_rank=self.rank,
             max_num_seqs=a.max_num_seqs,
             max_num_batched_tokens=max(a.max_model_len, 2048),
-            instance_id=f"mock-{uuid.uuid4().hex[:12]}", supports_lora=self.loras.enabled,
-            max_loras=self.loras.max_loras, kv_cache_size_tokens=kv_tokens,
+            instance_id=f"mock-{uuid.uuid4().hex[:12]}",
+            supports_lora=self.loras.enabled,
+            max_loras=self.loras.max_loras,
+            kv_cache_size_tokens=kv_tokens,
             kv_cache_max_concurrency=kv_tokens / a.max_model_len,
-            effective_attention_block_size=self.block_size)
+            effective_attention_block_size=self.block_size,
+        )
 
     def _close(self, output_linger_ms: int) -> None:
         """Close everything; outputs (and a last control reply) may still drain."""
@@ -324,51 +351,66 @@ class MockEngine:
         timestamp = time.monotonic()
         weight_version = self.utils.weight_version
         for client, outs in by_client.items():
-            self._send(client, EngineCoreOutputs(
-                outputs=outs, scheduler_stats=stats, timestamp=timestamp,
-                weight_version=weight_version), aux.get(client))
+            self._send(
+                client,
+                EngineCoreOutputs(
+                    outputs=outs,
+                    scheduler_stats=stats,
+                    timestamp=timestamp,
+                    weight_version=weight_version,
+                ),
+                aux.get(client),
+            )
             stats = None  # stats go to one client only
 
-    def _send(self, client_index: int, outs: EngineCoreOutputs,
-              aux: list[bytes] | None = None) -> None:
+    def _send(
+        self, client_index: int, outs: EngineCoreOutputs, aux: list[bytes] | None = None
+    ) -> None:
         if not self.output_alive:
             return
         if not 0 <= client_index < len(self.outputs):
             # vLLM's output thread dies on the IndexError and never sends again.
-            logger.error("EngineCore output thread died: IndexError: client_index %d "
-                         "with %d output socket(s)", client_index, len(self.outputs))
+            logger.error(
+                "EngineCore output thread died: IndexError: client_index %d "
+                "with %d output socket(s)",
+                client_index,
+                len(self.outputs),
+            )
             self.output_alive = False
             return
         outs.engine_index = self.rank  # as vLLM's output thread stamps it
         self.outputs[client_index].send_multipart(encode_outputs(outs, aux))
 
-    def _finish_outside_step(self, requests: list[tuple[int, str]],
-                             reason: FinishReason) -> None:
+    def _finish_outside_step(self, requests: list[tuple[int, str]], reason: FinishReason) -> None:
         """Terminal outputs the engine builds itself (abort, preprocessing error):
         no tokens, and ``finished_requests`` set. ``requests``: (client, id)."""
         by_client: dict[int, list[str]] = {}
         for client, request_id in requests:
             by_client.setdefault(client, []).append(request_id)
         for client, ids in by_client.items():
-            self._send(client, EngineCoreOutputs(
-                outputs=[EngineCoreOutput(i, [], finish_reason=reason) for i in ids],
-                finished_requests=ids, timestamp=time.monotonic()))
+            self._send(
+                client,
+                EngineCoreOutputs(
+                    outputs=[EngineCoreOutput(i, [], finish_reason=reason) for i in ids],
+                    finished_requests=ids,
+                    timestamp=time.monotonic(),
+                ),
+            )
         self.counters.finished[FINISH_REASON_NAMES[reason]] += len(requests)
         self.counters.remember_finished(request_id for _, request_id in requests)
 
     def abort_in_flight(self) -> None:
         """Engine-initiated abort of everything (pause, shutdown, abort_all)."""
         aborted = self.sched.remove_all()
-        self._finish_outside_step([(r.client_index, r.id) for r in aborted],
-                                  FinishReason.ABORT)
+        self._finish_outside_step([(r.client_index, r.id) for r in aborted], FinishReason.ABORT)
 
     def _shutdown(self) -> None:
         """SIGTERM/SIGINT with --shutdown-timeout 0: abort in-flight requests, exit."""
-        logger.info("[shutdown] EngineCore: trigger received signal=%s",
-                    self.shutdown_requested)
+        logger.info("[shutdown] EngineCore: trigger received signal=%s", self.shutdown_requested)
         if self.sched.live:
-            logger.info("[shutdown] EngineCore: aborting in-flight requests count=%d",
-                        len(self.sched.live))
+            logger.info(
+                "[shutdown] EngineCore: aborting in-flight requests count=%d", len(self.sched.live)
+            )
         self.abort_in_flight()
         if self.sched.has_work():
             self._step()  # the last, empty step: vLLM exits once it has no work
@@ -378,8 +420,7 @@ class MockEngine:
     def _handle_input(self, frames: list[bytes]) -> None:
         type_frame, *data = frames
         if type_frame not in _KNOWN_TYPES:
-            raise InputPoisoned(f"ValueError: {type_frame!r} is not a valid "
-                                "EngineCoreRequestType")
+            raise InputPoisoned(f"ValueError: {type_frame!r} is not a valid EngineCoreRequestType")
         if not data:
             raise InputPoisoned("IndexError: no payload frame")
         if type_frame == RequestType.ADD.value:
@@ -413,8 +454,7 @@ class MockEngine:
         if params is None or params.max_tokens is None or req.prompt_token_ids is None:
             # preprocess_add_request fails: a request-scoped ERROR, not a crash.
             logger.error("Unexpected error pre-processing request %s", req.request_id)
-            self._finish_outside_step([(req.client_index, req.request_id)],
-                                      FinishReason.ERROR)
+            self._finish_outside_step([(req.client_index, req.request_id)], FinishReason.ERROR)
             return
         if req.lora_request is not None:
             self.loras.on_add(req.lora_request)
@@ -447,8 +487,9 @@ class MockEngine:
         if type_frame == _EXECUTOR_FAILED:
             raise EngineDead("RuntimeError: Executor failed.")
         if type_frame == RequestType.START_DP_WAVE.value:
-            logger.error("Unrecognized input request type encountered: %s",
-                         RequestType.START_DP_WAVE)
+            logger.error(
+                "Unrecognized input request type encountered: %s", RequestType.START_DP_WAVE
+            )
 
     # --- utilities
 
@@ -458,8 +499,9 @@ class MockEngine:
         except msgspec.DecodeError as e:
             raise InputPoisoned(f"malformed UTILITY payload: {e}") from e
         if method == "handle_fault_tolerance":
-            raise InputPoisoned("AttributeError: 'EngineCoreProc' object has no attribute "
-                                "'ft_sentinel'")
+            raise InputPoisoned(
+                "AttributeError: 'EngineCoreProc' object has no attribute 'ft_sentinel'"
+            )
         self.counters.utility_calls += 1
         value, failure = None, None
         try:
@@ -480,10 +522,8 @@ class MockEngine:
             raise AssertionError()  # vLLM's bare assert: an empty message
         return func(*args)
 
-    def _reply(self, client_index: int, call_id: int, value: Any,
-               failure: str | None) -> None:
-        self._send(client_index, utility_reply(call_id, value, failure,
-                                               timestamp=time.monotonic()))
+    def _reply(self, client_index: int, call_id: int, value: Any, failure: str | None) -> None:
+        self._send(client_index, utility_reply(call_id, value, failure, timestamp=time.monotonic()))
 
     def _complete_pending(self) -> None:
         """Answer deferred calls (pause "wait") once the engine has drained."""
@@ -494,5 +534,4 @@ class MockEngine:
             try:
                 self._reply(client_index, call_id, p.complete(), None)
             except Exception as e:  # noqa: BLE001
-                self._reply(client_index, call_id, None,
-                            f"Call to {method} method failed: {e}")
+                self._reply(client_index, call_id, None, f"Call to {method} method failed: {e}")

@@ -31,12 +31,14 @@ def load_model_facts(model_dir: Path | None, vocab_size: int, eos_token_id: int)
     if model_dir is None:
         return ModelFacts(vocab_size, vocab_size, eos_token_id, frozenset({eos_token_id}))
     config = _read_json(model_dir / "config.json")
-    vocab_size = config.get("vocab_size") or config.get("text_config", {}).get(
-        "vocab_size") or vocab_size
+    vocab_size = (
+        config.get("vocab_size") or config.get("text_config", {}).get("vocab_size") or vocab_size
+    )
     tok_config = _read_json(model_dir / "tokenizer_config.json")
     tokenizer = _read_json(model_dir / "tokenizer.json")
-    added = {int(i): t.get("content") for i, t in
-             tok_config.get("added_tokens_decoder", {}).items()}
+    added = {
+        int(i): t.get("content") for i, t in tok_config.get("added_tokens_decoder", {}).items()
+    }
     added.update({t["id"]: t.get("content") for t in tokenizer.get("added_tokens", ())})
     # Ids a padded embedding has but the tokenizer cannot decode are never produced.
     token_limit = vocab_size

@@ -14,8 +14,9 @@ _LOGPROB_SALT = 0x5EED_109
 _PROMPT_SALT = 0x5EED_9E0
 
 
-def _row(token: int, rank: int, width: int, x: int, vocab: int,
-         ids: list[int], lps: list[float]) -> None:
+def _row(
+    token: int, rank: int, width: int, x: int, vocab: int, ids: list[int], lps: list[float]
+) -> None:
     """Append one row: the token, then the top ``width`` ids, best first.
 
     The token sits at 1-based ``rank`` among distinct ids (so it is not in
@@ -34,8 +35,7 @@ def _row(token: int, rank: int, width: int, x: int, vocab: int,
         lps.append(best - 0.5 * j)
 
 
-def sample_logprobs(r: Request, tokens: list[int], vocab: int,
-                    aux: list[bytes]) -> LogprobsLists:
+def sample_logprobs(r: Request, tokens: list[int], vocab: int, aux: list[bytes]) -> LogprobsLists:
     """Rows for this step's ``tokens`` (already counted in ``r.num_out``)."""
     width = r.logprobs
     ids: list[int] = []
@@ -49,8 +49,11 @@ def sample_logprobs(r: Request, tokens: list[int], vocab: int,
         ranks.append(rank)
     shape = [len(tokens), width + 1]
     # numpy on the wire: int32 ids, float32 logprobs, int64 ranks (a count).
-    return LogprobsLists(make_array(ids, shape, "i", aux), make_array(lps, shape, "f", aux),
-                         make_array(ranks, [len(tokens)], "q", aux))
+    return LogprobsLists(
+        make_array(ids, shape, "i", aux),
+        make_array(lps, shape, "f", aux),
+        make_array(ranks, [len(tokens)], "q", aux),
+    )
 
 
 def prompt_logprobs(r: Request, vocab: int, aux: list[bytes]) -> LogprobsTensors:
@@ -70,4 +73,5 @@ def prompt_logprobs(r: Request, vocab: int, aux: list[bytes]) -> LogprobsTensors
     return LogprobsTensors(
         make_array(ids, shape, "i", aux, torch_names=True),
         make_array(lps, shape, "f", aux, torch_names=True),
-        make_array(ranks, [rows], "i", aux, torch_names=True))
+        make_array(ranks, [rows], "i", aux, torch_names=True),
+    )

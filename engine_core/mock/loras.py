@@ -27,8 +27,9 @@ NOT_ENABLED = "LoRA is not enabled. Use --enable-lora to enable LoRA."
 
 
 class Loras:
-    def __init__(self, enabled: bool, max_loras: int, max_lora_rank: int,
-                 max_cpu_loras: int | None) -> None:
+    def __init__(
+        self, enabled: bool, max_loras: int, max_lora_rank: int, max_cpu_loras: int | None
+    ) -> None:
         self.enabled = enabled
         self.max_loras = max_loras if enabled else 0
         self.max_lora_rank = max_lora_rank
@@ -70,23 +71,24 @@ class Loras:
         try:
             self._load(lora)
         except (FileNotFoundError, ValueError) as e:
-            raise EngineDead(f"loading LoRA adapter {lora.lora_name} in a step failed: "
-                             f"{e}") from e
+            raise EngineDead(f"loading LoRA adapter {lora.lora_name} in a step failed: {e}") from e
 
     # --- loading
 
     def _load(self, lora: LoRARequest) -> None:
         config_path = Path(lora.lora_path) / "adapter_config.json"
         if not config_path.is_file():
-            raise FileNotFoundError(f"Loading lora {lora.lora_name} failed: No adapter "
-                                    f"found for {lora.lora_path}")
+            raise FileNotFoundError(
+                f"Loading lora {lora.lora_name} failed: No adapter found for {lora.lora_path}"
+            )
         config = json.loads(config_path.read_text())
         rank = config.get("r")
         if not isinstance(rank, int) or rank <= 0:
             raise ValueError("Missing required configuration fields: {'r'}")
         if rank > self.max_lora_rank:
-            raise ValueError(f"LoRA rank {rank} is greater than max_lora_rank "
-                             f"{self.max_lora_rank}.")
+            raise ValueError(
+                f"LoRA rank {rank} is greater than max_lora_rank {self.max_lora_rank}."
+            )
         self.cached.pop(lora.lora_int_id, None)
         if len(self.cached) >= self.capacity:
             del self.cached[next(iter(self.cached))]

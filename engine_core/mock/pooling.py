@@ -48,23 +48,28 @@ class MockPooler:
     def check(self, request_id: str, params: PoolingParams) -> None:
         """What the real engine's add_request refuses (its busy loop dies on it)."""
         if params.task not in self.tasks:
-            raise EngineDead(f"ValueError: Unsupported task: {params.task!r} Supported tasks: "
-                             f"{list(self.tasks)} (request {request_id})")
+            raise EngineDead(
+                f"ValueError: Unsupported task: {params.task!r} Supported tasks: "
+                f"{list(self.tasks)} (request {request_id})"
+            )
         if params.dimensions is not None and not 1 <= params.dimensions <= self.hidden_size:
-            raise EngineDead(f"RuntimeError: bad dimensions {params.dimensions} "
-                             f"(request {request_id})")
+            raise EngineDead(
+                f"RuntimeError: bad dimensions {params.dimensions} (request {request_id})"
+            )
 
     def output(self, prompt: list[int], params: PoolingParams, aux: list[bytes]) -> NDArray:
         # A pair's token types change a BERT's answer, so they change the mock's.
         types = (params.extra_kwargs or {}).get("compressed_token_type_ids")
         key = tuple(prompt) if types is None else (tuple(prompt), int(types))
-        values = self._values(key, params.task, params.dimensions,
-                              params.use_activation is not False)
+        values = self._values(
+            key, params.task, params.dimensions, params.use_activation is not False
+        )
         return make_array(values, [len(values)], "f", aux, torch_names=True)
 
-    @functools.lru_cache(maxsize=4096)  # benchmarks repeat prompts: pooling costs ~nothing
-    def _values(self, key: tuple, task: str, dimensions: int | None,
-                activate: bool) -> list[float]:
+    # One pooler per mock process (never freed, so the cache cannot leak it);
+    # benchmarks repeat prompts: pooling costs ~nothing.
+    @functools.lru_cache(maxsize=4096)  # noqa: B019
+    def _values(self, key: tuple, task: str, dimensions: int | None, activate: bool) -> list[float]:
         seed = _mix(hash(key) & _MASK)  # ints and tuples of them hash alike in every process
         if task in ("classify", "token_classify"):
             logits = [self._value(seed, i) * 4 for i in range(self.num_labels)]

@@ -17,9 +17,16 @@ from engine_core.mock.requests import Request
 
 
 def _empty_stats() -> dict[str, Any]:
-    return {"reset": False, "requests": 0, "queries": 0, "hits": 0,
-            "preempted_requests": 0, "preempted_queries": 0, "preempted_hits": 0,
-            "hits_by_source": {}}
+    return {
+        "reset": False,
+        "requests": 0,
+        "queries": 0,
+        "hits": 0,
+        "preempted_requests": 0,
+        "preempted_queries": 0,
+        "preempted_hits": 0,
+        "hits_by_source": {},
+    }
 
 
 class PrefixCache:
@@ -35,11 +42,11 @@ class PrefixCache:
         h = hash(r.cache_salt)
         hashes = r.block_hashes
         for start in range(0, r.prompt_len - size + 1, size):
-            h = hash((h, *r.prompt[start:start + size]))
+            h = hash((h, *r.prompt[start : start + size]))
             hashes.append(h)
         if r.skip_cache:
             return
-        usable = hashes[:(r.prompt_len - 1) // size]
+        usable = hashes[: (r.prompt_len - 1) // size]
         hits = next((i for i, h in enumerate(usable) if h not in self.blocks), len(usable))
         r.cached = hits * size
         stats = self.stats
@@ -76,6 +83,5 @@ class PrefixCache:
             "num_local_cached_tokens": r.cached,
             "num_external_cached_tokens": 0,
             # Full prompt blocks this request wrote to the prefix cache.
-            "num_cache_creation_tokens": max(0, n // self.block_size * self.block_size
-                                             - r.cached),
+            "num_cache_creation_tokens": max(0, n // self.block_size * self.block_size - r.cached),
         }

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 logger = logging.getLogger("engine_core.mock")
@@ -34,15 +34,25 @@ def control_addr(addr: str, offset: int) -> str:
     """The control address of the rank ``offset`` places after the start rank."""
     url = urlsplit(addr)
     if url.scheme != "tcp" or not url.port:
-        raise ValueError("with --data-parallel-size-local > 1, --control-addr must be "
-                         "tcp://HOST:PORT (each rank adds its offset to PORT)")
+        raise ValueError(
+            "with --data-parallel-size-local > 1, --control-addr must be "
+            "tcp://HOST:PORT (each rank adds its offset to PORT)"
+        )
     return f"tcp://{url.netloc.rsplit(':', 1)[0]}:{url.port + offset}"
 
 
 def rank_command(argv: Sequence[str], args: argparse.Namespace, rank: int) -> list[str]:
     """The mock's own command line for one rank (later flags win in argparse)."""
-    command = [sys.executable, "-m", "engine_core.mock", *argv,
-               "--data-parallel-start-rank", str(rank), "--data-parallel-size-local", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "engine_core.mock",
+        *argv,
+        "--data-parallel-start-rank",
+        str(rank),
+        "--data-parallel-size-local",
+        "1",
+    ]
     if args.control_addr:
         offset = rank - args.data_parallel_start_rank
         command += ["--control-addr", control_addr(args.control_addr, offset)]
@@ -56,11 +66,19 @@ def run_ranks(argv: Sequence[str], args: argparse.Namespace) -> int:
         signal.signal(signum, lambda signum, _frame: signals.append(signum))
     first = args.data_parallel_start_rank
     ranks = range(first, first + args.data_parallel_size_local)
-    procs = {rank: subprocess.Popen(rank_command(argv, args, rank),
-                                    preexec_fn=_term_with_parent if sys.platform == "linux"
-                                    else None) for rank in ranks}
-    logger.info("mock launcher: data parallel ranks %s of %d, pids %s", list(ranks),
-                args.data_parallel_size, [p.pid for p in procs.values()])
+    procs = {
+        rank: subprocess.Popen(
+            rank_command(argv, args, rank),
+            preexec_fn=_term_with_parent if sys.platform == "linux" else None,
+        )
+        for rank in ranks
+    }
+    logger.info(
+        "mock launcher: data parallel ranks %s of %d, pids %s",
+        list(ranks),
+        args.data_parallel_size,
+        [p.pid for p in procs.values()],
+    )
     failed = False
     try:
         while not signals:

@@ -65,17 +65,54 @@ class Request:
     """A live request and everything its deterministic generator needs."""
 
     __slots__ = (
-        "id", "client_index", "prompt", "prompt_len", "params", "greedy", "key",
-        "offset", "stride", "max_tokens", "min_tokens", "limit", "eos_id", "stop_ids",
-        "avoid", "extra_avoid", "eos_choices", "forced_stop", "allowed", "pattern",
-        "repetition", "out_ids", "logprobs", "prompt_logprobs", "plain", "skip_cache",
-        "cache_salt", "events", "num_out", "first", "cached", "block_hashes",
-        "script", "script_pos", "script_eos", "masked_early", "pooling",
+        "id",
+        "client_index",
+        "prompt",
+        "prompt_len",
+        "params",
+        "greedy",
+        "key",
+        "offset",
+        "stride",
+        "max_tokens",
+        "min_tokens",
+        "limit",
+        "eos_id",
+        "stop_ids",
+        "avoid",
+        "extra_avoid",
+        "eos_choices",
+        "forced_stop",
+        "allowed",
+        "pattern",
+        "repetition",
+        "out_ids",
+        "logprobs",
+        "prompt_logprobs",
+        "plain",
+        "skip_cache",
+        "cache_salt",
+        "events",
+        "num_out",
+        "first",
+        "cached",
+        "block_hashes",
+        "script",
+        "script_pos",
+        "script_eos",
+        "masked_early",
+        "pooling",
     )
 
-    def __init__(self, req: EngineCoreRequest, params: SamplingParams, facts: ModelFacts,
-                 seed: int, log_stats: bool,
-                 script: tuple[list[int], bool] | None = None) -> None:
+    def __init__(
+        self,
+        req: EngineCoreRequest,
+        params: SamplingParams,
+        facts: ModelFacts,
+        seed: int,
+        log_stats: bool,
+        script: tuple[list[int], bool] | None = None,
+    ) -> None:
         self.id = req.request_id
         self.client_index = req.client_index
         self.prompt = req.prompt_token_ids or []
@@ -85,7 +122,8 @@ class Request:
         self.greedy = params.temperature < SAMPLING_EPS
         lora = req.lora_request
         self.key = self._stream_key(params, seed) ^ (
-            mix(_LORA_SALT ^ zlib.crc32(lora.lora_name.encode())) if lora else 0)
+            mix(_LORA_SALT ^ zlib.crc32(lora.lora_name.encode())) if lora else 0
+        )
         self.offset = self.key & TABLE_MASK
         self.stride = (self.key >> TABLE_BITS) & TABLE_MASK | 1
         self.max_tokens = params.max_tokens
@@ -93,17 +131,21 @@ class Request:
         self.limit = self.max_tokens  # capped by max_model_len when admitted
         self.eos_id = params.eos_token_id
         self.stop_ids = frozenset(params.stop_token_ids or ())
-        self.allowed = list(dict.fromkeys(params.allowed_token_ids)) \
-            if params.allowed_token_ids else None
-        self.avoid = facts.special_ids | self.stop_ids | set(params.all_stop_token_ids) \
+        self.allowed = (
+            list(dict.fromkeys(params.allowed_token_ids)) if params.allowed_token_ids else None
+        )
+        self.avoid = (
+            facts.special_ids
+            | self.stop_ids
+            | set(params.all_stop_token_ids)
             | ({self.eos_id} if self.eos_id is not None else set())
+        )
         self.extra_avoid = self.avoid - facts.special_ids
         self.eos_choices = self._eos_choices(facts)
         self.forced_stop = None if script else self._forced_stop(facts)
         rep = params.repetition_detection
         if rep is not None and rep.max_pattern_size > 0 and rep.min_count >= 2:
-            self.repetition = (max(1, rep.min_pattern_size), rep.max_pattern_size,
-                               rep.min_count)
+            self.repetition = (max(1, rep.min_pattern_size), rep.max_pattern_size, rep.min_count)
             self.pattern = self.repetition[0]
             self.out_ids: list[int] | None = []
         else:
@@ -111,29 +153,48 @@ class Request:
             self.pattern = 0
             self.out_ids = None
         vocab = facts.vocab_size
-        self.logprobs = None if params.logprobs is None else \
-            (vocab if params.logprobs == -1 else params.logprobs)
-        self.prompt_logprobs = None if params.prompt_logprobs is None else \
-            (vocab if params.prompt_logprobs == -1 else params.prompt_logprobs)
+        self.logprobs = (
+            None
+            if params.logprobs is None
+            else (vocab if params.logprobs == -1 else params.logprobs)
+        )
+        self.prompt_logprobs = (
+            None
+            if params.prompt_logprobs is None
+            else (vocab if params.prompt_logprobs == -1 else params.prompt_logprobs)
+        )
         # Scripted output: the ids, how far it got, whether EOS follows them.
         self.script, self.script_eos = script or (None, False)
         self.script_pos = 0
         # What vLLM's min-tokens mask keeps the model from sampling early.
         self.masked_early = frozenset()
         if script:
-            self.masked_early = self.stop_ids | set(params.all_stop_token_ids) \
+            self.masked_early = (
+                self.stop_ids
+                | set(params.all_stop_token_ids)
                 | ({self.eos_id} if self.eos_id is not None else set())
+            )
         # Plain requests take the fast path: table tokens, only a length stop.
-        self.plain = not (self.logprobs is not None or self.forced_stop or self.pattern
-                          or self.allowed or self.extra_avoid or script or self.pooling)
+        self.plain = not (
+            self.logprobs is not None
+            or self.forced_stop
+            or self.pattern
+            or self.allowed
+            or self.extra_avoid
+            or script
+            or self.pooling
+        )
         # vLLM's __post_init__ turns prompt logprobs into "skip reading the cache".
-        self.skip_cache = bool(params.skip_reading_prefix_cache) \
-            or params.prompt_logprobs is not None
+        self.skip_cache = (
+            bool(params.skip_reading_prefix_cache) or params.prompt_logprobs is not None
+        )
         # vLLM's block hashes include the adapter (name and path) too.
-        self.cache_salt = req.cache_salt if lora is None \
-            else (req.cache_salt, lora.lora_name, lora.lora_path)
-        self.events: list[dict] | None = \
+        self.cache_salt = (
+            req.cache_salt if lora is None else (req.cache_salt, lora.lora_name, lora.lora_path)
+        )
+        self.events: list[dict] | None = (
             [{"type": 1, "timestamp": time.monotonic()}] if log_stats else None
+        )
         self.num_out = 0
         self.first = True
         self.cached = 0
@@ -150,8 +211,7 @@ class Request:
 
     def _eos_choices(self, facts: ModelFacts) -> tuple[int, ...]:
         choices = [] if self.eos_id is None else [self.eos_id]
-        choices += sorted(t for t in self.stop_ids if t in facts.special_ids
-                          and t not in choices)
+        choices += sorted(t for t in self.stop_ids if t in facts.special_ids and t not in choices)
         if not choices:  # ignore_eos: the model still says EOS, it just doesn't stop
             choices = [facts.eos_token_id]
         if self.allowed is not None:
@@ -281,7 +341,10 @@ class TokenModel:
             return FinishReason.STOP, token
         if r.num_out >= r.limit:
             return FinishReason.LENGTH, None
-        if r.repetition is not None and r.num_out >= r.min_tokens \
-                and _repeats(r.out_ids, *r.repetition):
+        if (
+            r.repetition is not None
+            and r.num_out >= r.min_tokens
+            and _repeats(r.out_ids, *r.repetition)
+        ):
             return FinishReason.REPETITION, "repetition_detected"
         return None, None

@@ -27,9 +27,18 @@ class PauseState:
 
 
 class Scheduler:
-    def __init__(self, facts: ModelFacts, settings: Settings, *, max_model_len: int,
-                 max_num_seqs: int, block_size: int, num_blocks: int, seed: int,
-                 pooler: MockPooler | None = None) -> None:
+    def __init__(
+        self,
+        facts: ModelFacts,
+        settings: Settings,
+        *,
+        max_model_len: int,
+        max_num_seqs: int,
+        block_size: int,
+        num_blocks: int,
+        seed: int,
+        pooler: MockPooler | None = None,
+    ) -> None:
         self.facts = facts
         self.pooler = pooler
         self.settings = settings
@@ -104,8 +113,11 @@ class Scheduler:
 
     # --- one step
 
-    def step(self) -> tuple[dict[int, list[EngineCoreOutput]], dict[int, list[bytes]],
-                            list[tuple[Request, int]]]:
+    def step(
+        self,
+    ) -> tuple[
+        dict[int, list[EngineCoreOutput]], dict[int, list[bytes]], list[tuple[Request, int]]
+    ]:
         """Admit, generate, and build this step's outputs, grouped by client.
 
         Returns the outputs, each client's aux frames (large arrays; element 0
@@ -137,8 +149,11 @@ class Scheduler:
                 finished.append((r, out.finish_reason))
         self.tokens_in_use += produced
         for r in self.erroring:
-            by_client.setdefault(r.client_index, []).append(EngineCoreOutput(
-                r.id, [], finish_reason=FinishReason.ERROR, events=self._take_events(r)))
+            by_client.setdefault(r.client_index, []).append(
+                EngineCoreOutput(
+                    r.id, [], finish_reason=FinishReason.ERROR, events=self._take_events(r)
+                )
+            )
             finished.append((r, FinishReason.ERROR))
         self.erroring = []
         if finished:
@@ -167,10 +182,15 @@ class Scheduler:
         if n > self.max_model_len or (n == self.max_model_len and r.pooling is None):
             raise EngineDead(
                 f"ValueError: could not broadcast input array from shape ({n},) into "
-                f"shape ({self.max_model_len},) (request {r.id})")
+                f"shape ({self.max_model_len},) (request {r.id})"
+            )
         p = r.params
-        ids = [*r.prompt, *(p.allowed_token_ids or ()), *(p.logit_bias or ()),
-               *(t for word in p.bad_words_token_ids or () for t in word)]
+        ids = [
+            *r.prompt,
+            *(p.allowed_token_ids or ()),
+            *(p.logit_bias or ()),
+            *(t for word in p.bad_words_token_ids or () for t in word),
+        ]
         if min(ids) < 0 or max(ids) >= self.facts.vocab_size:
             raise EngineDead(f"IndexError: index out of range in self (request {r.id})")
 
@@ -178,12 +198,15 @@ class Scheduler:
         """Any request: stop rules, logprobs, and what the first output carries."""
         if r.pooling is not None:  # pooled at once: no tokens, the tensor, STOP
             tokens = []
-            out = EngineCoreOutput(r.id, tokens, finish_reason=FinishReason.STOP,
-                                   pooling_output=self.pooler.output(r.prompt, r.pooling, aux))
+            out = EngineCoreOutput(
+                r.id,
+                tokens,
+                finish_reason=FinishReason.STOP,
+                pooling_output=self.pooler.output(r.prompt, r.pooling, aux),
+            )
         else:
             tokens, finish, stop_reason = self.model.advance(r)
-            out = EngineCoreOutput(r.id, tokens, finish_reason=finish,
-                                   stop_reason=stop_reason)
+            out = EngineCoreOutput(r.id, tokens, finish_reason=finish, stop_reason=stop_reason)
         vocab = self.facts.vocab_size
         if r.logprobs is not None:
             out.new_logprobs = sample_logprobs(r, tokens, vocab, aux)

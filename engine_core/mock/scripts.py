@@ -82,8 +82,7 @@ class Scripts:
 
     def match(self, prompt: list[int]) -> tuple[list[int], bool] | None:
         """The output ids for this prompt and whether EOS follows, or None."""
-        script = self.by_prompt.get(tuple(prompt), self.default) if self.by_prompt \
-            else self.default
+        script = self.by_prompt.get(tuple(prompt), self.default) if self.by_prompt else self.default
         if script is None:
             return None
         self.matched += 1
@@ -115,6 +114,7 @@ class Scripts:
 
     def _ids(self, ids: Any, what: str) -> list[int]:
         if not isinstance(ids, list) or not all(
-                type(i) is int and 0 <= i < self.vocab_size for i in ids):
+            type(i) is int and 0 <= i < self.vocab_size for i in ids
+        ):
             raise ValueError(f"{what}: a list of token ids in [0, {self.vocab_size})")
         return ids

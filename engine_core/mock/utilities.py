@@ -6,7 +6,8 @@ value once the engine is idle (pause "wait" replies after draining).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine_core.mock.scheduler import PauseState, Scheduler
 
@@ -46,8 +47,7 @@ class Utilities:
             raise ValueError(f"Invalid pause mode: {mode}")
         if mode == "abort":
             self.abort_in_flight()
-        self.sched.pause_state = PauseState.PAUSED_ALL if mode == "keep" \
-            else PauseState.PAUSED_NEW
+        self.sched.pause_state = PauseState.PAUSED_ALL if mode == "keep" else PauseState.PAUSED_NEW
 
         def finish() -> None:
             if clear_cache:
@@ -86,8 +86,9 @@ class Utilities:
             self.resume_scheduler()
         return not self.asleep
 
-    def reset_prefix_cache(self, reset_running_requests: bool = False,
-                           reset_connector: bool = False) -> bool:
+    def reset_prefix_cache(
+        self, reset_running_requests: bool = False, reset_connector: bool = False
+    ) -> bool:
         return self.sched.reset_prefix_cache(reset_running_requests)
 
     def set_weight_version(self, weight_version: str) -> None:

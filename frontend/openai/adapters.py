@@ -31,8 +31,11 @@ class UnloadLoRAAdapterRequest(msgspec.Struct, kw_only=True):
 def check_json_media_type(request: web.Request) -> None:
     """vLLM's ``validate_json_request`` dependency."""
     if request.content_type.lower() != "application/json":
-        raise ApiError("1 validation error:\n  Unsupported Media Type: Only "
-                       "'application/json' is allowed", 400, "Bad Request")
+        raise ApiError(
+            "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed",
+            400,
+            "Bad Request",
+        )
 
 
 def _ok(message: str) -> web.Response:
@@ -42,9 +45,14 @@ def _ok(message: str) -> web.Response:
 async def load_lora_adapter(state: AppState, request: web.Request) -> web.Response:
     check_json_media_type(request)
     req = await decode_body(request, LoadLoRAAdapterRequest)
-    return _ok(await state.lora.load(req.lora_name, req.lora_path,
-                                     load_inplace=req.load_inplace,
-                                     is_3d_lora_weight=req.is_3d_lora_weight))
+    return _ok(
+        await state.lora.load(
+            req.lora_name,
+            req.lora_path,
+            load_inplace=req.load_inplace,
+            is_3d_lora_weight=req.is_3d_lora_weight,
+        )
+    )
 
 
 async def unload_lora_adapter(state: AppState, request: web.Request) -> web.Response:

@@ -29,13 +29,14 @@ at once, after the search, as vLLM sends it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
+from frontend.choices import Delta, Group
 from frontend.errors import ApiError, from_validation, invalid
-from frontend.fanout import Delta, Group
 from frontend.ids import random_hex
 from frontend.openai.request_fields import SamplingRequest
 from frontend.openai.sampling import finalize, get_max_tokens
@@ -69,21 +70,35 @@ class BeamParams:
         if width < 1:
             raise invalid(f"beam_width must be at least 1, got {width}.")
         if width > MAX_N_SEQUENCES:
-            raise invalid(f"beam_width must be at most {MAX_N_SEQUENCES}, got {width}. To "
-                          "increase this limit, set the VLLM_MAX_N_SEQUENCES environment "
-                          "variable.")
+            raise invalid(
+                f"beam_width must be at most {MAX_N_SEQUENCES}, got {width}. To "
+                "increase this limit, set the VLLM_MAX_N_SEQUENCES environment "
+                "variable."
+            )
         temperature = req.temperature
         if temperature is None:
             temperature = defaults.get("temperature", 1.0)
-        return cls(width, bool(req.ignore_eos), temperature, req.length_penalty,
-                   bool(req.include_stop_str_in_output), bool(req.skip_special_tokens))
+        return cls(
+            width,
+            bool(req.ignore_eos),
+            temperature,
+            req.length_penalty,
+            bool(req.include_stop_str_in_output),
+            bool(req.skip_special_tokens),
+        )
 
 
 class Beam:
     __slots__ = ("tokens", "cumulative_logprob", "logprobs", "finish_reason", "stop_reason")
 
-    def __init__(self, tokens: list[int], cumulative_logprob: float, logprobs: list[Position],
-                 finish_reason: str | None = None, stop_reason: int | None = None) -> None:
+    def __init__(
+        self,
+        tokens: list[int],
+        cumulative_logprob: float,
+        logprobs: list[Position],
+        finish_reason: str | None = None,
+        stop_reason: int | None = None,
+    ) -> None:
         self.tokens = tokens
         self.cumulative_logprob = cumulative_logprob
         self.logprobs = logprobs
@@ -104,16 +119,27 @@ class BeamLogprobs:
 class BeamChoice:
     """One returned beam, shaped like a finished table choice for the views."""
 
-    __slots__ = ("index", "prompt_index", "prompt_token_ids", "text", "token_ids", "logprobs",
-                 "finish_reason", "stop_reason", "cumulative_logprob", "open_delta")
+    __slots__ = (
+        "index",
+        "prompt_index",
+        "prompt_token_ids",
+        "text",
+        "token_ids",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "cumulative_logprob",
+        "open_delta",
+    )
 
-    def __init__(self, index: int, prompt_index: int, prompt_token_ids: list[int], text: str,
-                 beam: Beam) -> None:
+    def __init__(
+        self, index: int, prompt_index: int, prompt_token_ids: list[int], text: str, beam: Beam
+    ) -> None:
         self.index = index
         self.prompt_index = prompt_index
         self.prompt_token_ids = prompt_token_ids
         self.text = text
-        self.token_ids = beam.tokens[len(prompt_token_ids):]
+        self.token_ids = beam.tokens[len(prompt_token_ids) :]
         self.logprobs = BeamLogprobs(beam.logprobs)
         self.finish_reason = beam.finish_reason or "length"
         self.stop_reason = beam.stop_reason
@@ -123,20 +149,36 @@ class BeamChoice:
 
 # ---------------------------------------------------------------------------- serving
 
-async def serve(state: AppState, request: web.Request, req: SamplingRequest, request_id: str,
-                prompts: list[list[int]], requested_max_tokens: int | None,
-                lora: LoRARequest | None, make_view: Callable[[Group], Any]
-                ) -> web.StreamResponse:
+
+async def serve(
+    state: AppState,
+    request: web.Request,
+    req: SamplingRequest,
+    request_id: str,
+    prompts: list[list[int]],
+    requested_max_tokens: int | None,
+    lora: LoRARequest | None,
+    make_view: Callable[[Group], Any],
+) -> web.StreamResponse:
     """Search every prompt (concurrently), then answer with the endpoint's view."""
     model = state.model
     params = BeamParams.from_request(req, model.default_sampling)
     step = step_params(state, params)
     max_model_len = state.max_model_len
-    max_tokens = [get_max_tokens(max_model_len, requested_max_tokens, len(ids),
-                                 model.default_sampling, model.override_max_tokens)
-                  for ids in prompts]
-    searches = [search(state, request_id, ids, params, step, limit, lora, req.cache_salt)
-                for ids, limit in zip(prompts, max_tokens)]
+    max_tokens = [
+        get_max_tokens(
+            max_model_len,
+            requested_max_tokens,
+            len(ids),
+            model.default_sampling,
+            model.override_max_tokens,
+        )
+        for ids in prompts
+    ]
+    searches = [
+        search(state, request_id, ids, params, step, limit, lora, req.cache_salt)
+        for ids, limit in zip(prompts, max_tokens)
+    ]
     if len(searches) == 1:
         results = [await searches[0]]
     else:
@@ -149,23 +191,34 @@ async def serve(state: AppState, request: web.Request, req: SamplingRequest, req
     group = Group(request_id, stream=bool(req.stream))
     for p_idx, (ids, beams) in enumerate(zip(prompts, results)):
         for j, beam in enumerate(beams):
-            group.choices.append(BeamChoice(p_idx * params.width + j, p_idx, ids,
-                                            beam_text(state, beam, ids, params), beam))
+            group.choices.append(
+                BeamChoice(
+                    p_idx * params.width + j, p_idx, ids, beam_text(state, beam, ids, params), beam
+                )
+            )
     view = make_view(group)
     if group.stream:
-        group.pending = [Delta(c, c.text, c.token_ids, c.logprobs.sample, c.finish_reason,
-                               c.stop_reason) for c in group.choices]
+        group.pending = [
+            Delta(c, c.text, c.token_ids, c.logprobs.sample, c.finish_reason, c.stop_reason)
+            for c in group.choices
+        ]
         return await view.stream(request)
-    return web.Response(body=state.json(view.full_response()),
-                        content_type="application/json")
+    return web.Response(body=state.json(view.full_response()), content_type="application/json")
 
 
 def step_params(state: AppState, params: BeamParams) -> SamplingParams:
     """The engine request of one beam and step (vLLM's, with its EOS fields)."""
-    sp = finalize(SamplingParams(logprobs=2 * params.width, max_tokens=1,
-                                 temperature=params.temperature, watermarking=False,
-                                 detokenize=False, output_kind=OutputKind.FINAL_ONLY),
-                  state.model)
+    sp = finalize(
+        SamplingParams(
+            logprobs=2 * params.width,
+            max_tokens=1,
+            temperature=params.temperature,
+            watermarking=False,
+            detokenize=False,
+            output_kind=OutputKind.FINAL_ONLY,
+        ),
+        state.model,
+    )
     try:  # e.g. 2 * n over --max-logprobs: refused before any engine request
         check(sp, state.model_limits())
     except ValidationError as e:
@@ -174,7 +227,7 @@ def step_params(state: AppState, params: BeamParams) -> SamplingParams:
 
 
 def beam_text(state: AppState, beam: Beam, prompt: list[int], params: BeamParams) -> str:
-    generated = beam.tokens[len(prompt):]
+    generated = beam.tokens[len(prompt) :]
     if generated and generated[-1] == state.model.eos_token_id and not params.ignore_eos:
         generated = generated[:-1]  # an included EOS is not part of the text
     return state.model.decode(generated, skip_special_tokens=params.skip_special_tokens)
@@ -182,9 +235,17 @@ def beam_text(state: AppState, beam: Beam, prompt: list[int], params: BeamParams
 
 # ---------------------------------------------------------------------------- search
 
-async def search(state: AppState, request_id: str, prompt: list[int], params: BeamParams,
-                 step: SamplingParams, max_tokens: int, lora: LoRARequest | None,
-                 cache_salt: str | None) -> list[Beam]:
+
+async def search(
+    state: AppState,
+    request_id: str,
+    prompt: list[int],
+    params: BeamParams,
+    step: SamplingParams,
+    max_tokens: int,
+    lora: LoRARequest | None,
+    cache_salt: str | None,
+) -> list[Beam]:
     """The ``params.width`` best sequences for one prompt, best first."""
     eos = state.model.eos_token_id
     stop_at_eos = not params.ignore_eos
@@ -201,20 +262,24 @@ async def search(state: AppState, request_id: str, prompt: list[int], params: Be
             for token, (logprob, _, _) in position.items():
                 cumulative = beam.cumulative_logprob + logprob
                 if token == eos and stop_at_eos:
-                    tokens = beam.tokens + [eos] if params.include_stop_str_in_output \
-                        else beam.tokens
-                    completed.append(Beam(tokens, cumulative, beam.logprobs + [position],
-                                          "stop", eos))
+                    tokens = (
+                        beam.tokens + [eos] if params.include_stop_str_in_output else beam.tokens
+                    )
+                    completed.append(
+                        Beam(tokens, cumulative, beam.logprobs + [position], "stop", eos)
+                    )
                 else:
                     candidates.append((cumulative, token, beam, position))
-        best = sorted(candidates, key=_by_logprob, reverse=True)[:params.width]
-        beams = [Beam(beam.tokens + [token], cumulative, beam.logprobs + [position])
-                 for cumulative, token, beam, position in best]
+        best = sorted(candidates, key=_by_logprob, reverse=True)[: params.width]
+        beams = [
+            Beam(beam.tokens + [token], cumulative, beam.logprobs + [position])
+            for cumulative, token, beam, position in best
+        ]
         if not beams:
             break
     completed.extend(beams)
     completed.sort(key=lambda b: score(b, eos, params.length_penalty), reverse=True)
-    return completed[:params.width]
+    return completed[: params.width]
 
 
 def _by_logprob(candidate: tuple[float, int, Beam, Position]) -> float:
@@ -229,9 +294,14 @@ def score(beam: Beam, eos: int | None, length_penalty: float) -> float:
     return beam.cumulative_logprob / (max(length, 1) ** length_penalty)
 
 
-async def run_step(state: AppState, request_id: str, beams: list[Beam],
-                   step: SamplingParams, lora: LoRARequest | None,
-                   cache_salt: str | None) -> list[Position] | None:
+async def run_step(
+    state: AppState,
+    request_id: str,
+    beams: list[Beam],
+    step: SamplingParams,
+    lora: LoRARequest | None,
+    cache_salt: str | None,
+) -> list[Position] | None:
     """One engine request per beam, concurrently; each beam's logprob dict, or
     None if the engine aborted any of them. Whatever happens (error, client
     gone), every request of the step is finished or aborted when this returns."""
@@ -240,8 +310,7 @@ async def run_step(state: AppState, request_id: str, beams: list[Beam],
     group.lora = lora
     for i, beam in enumerate(beams):
         # Each beam is a prompt of its own (n=1 in metrics, as each is in vLLM).
-        table.add_choice(group, index=i, prompt_index=i, prompt_token_ids=beam.tokens,
-                         params=step)
+        table.add_choice(group, index=i, prompt_index=i, prompt_token_ids=beam.tokens, params=step)
     try:
         try:
             table.submit(group, cache_salt=cache_salt)
@@ -255,9 +324,14 @@ async def run_step(state: AppState, request_id: str, beams: list[Beam],
         # The dicts as vLLM's frontend builds them without a tokenizer: token
         # texts are each id decoded alone (no repair of split characters).
         single = table.token_texts.single
-        return [{token: (logprob, rank, single(token))
-                 for token, (logprob, rank, _) in
-                 (c.logprobs.sample[0] if c.logprobs and c.logprobs.sample else {}).items()}
-                for c in group.choices]
+        return [
+            {
+                token: (logprob, rank, single(token))
+                for token, (logprob, rank, _) in (
+                    c.logprobs.sample[0] if c.logprobs and c.logprobs.sample else {}
+                ).items()
+            }
+            for c in group.choices
+        ]
     finally:
         table.release(group)

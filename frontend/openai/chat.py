@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from frontend.choices import Choice, Delta, Group
 from frontend.errors import ApiError, schema_error
-from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search, tooling
 from frontend.openai import validators as rules
 from frontend.openai.common import (
@@ -85,7 +85,8 @@ class ChatCompletionRequest(SamplingRequest, kw_only=True):
         return self.sampling_fields(
             n=self.n if self.n is not None else 1,
             logprobs=self.top_logprobs if self.logprobs else None,
-            prompt_logprobs=prompt_logprobs)
+            prompt_logprobs=prompt_logprobs,
+        )
 
 
 def validate_request(req: ChatCompletionRequest) -> tooling.Constraints:
@@ -96,15 +97,17 @@ def validate_request(req: ChatCompletionRequest) -> tooling.Constraints:
     """
     rules.check_generation_prompt(req.continue_final_message, req.add_generation_prompt)
     req.tool_choice = tooling.check_tool_usage(
-        req.tools, req.tool_choice, tool_choice_set=req.tool_choice is not msgspec.UNSET)
-    tooling.check_structured_outputs_count(req.structured_outputs, chat=True,
-                                           tool_choice=req.tool_choice)
+        req.tools, req.tool_choice, tool_choice_set=req.tool_choice is not msgspec.UNSET
+    )
+    tooling.check_structured_outputs_count(
+        req.structured_outputs, chat=True, tool_choice=req.tool_choice
+    )
     # check_logprobs
-    rules.check_no_logprob_token_ids_in_beam_search(req.logprob_token_ids,
-                                                    req.use_beam_search)
+    rules.check_no_logprob_token_ids_in_beam_search(req.logprob_token_ids, req.use_beam_search)
     rules.check_logprob_token_ids_with_logprobs_flag(req.logprob_token_ids, req.logprobs)
-    rules.check_numbers((("prompt_logprobs", req.prompt_logprobs),
-                         ("top_logprobs", req.top_logprobs)))
+    rules.check_numbers(
+        (("prompt_logprobs", req.prompt_logprobs), ("top_logprobs", req.top_logprobs))
+    )
     rules.check_prompt_logprobs(req.prompt_logprobs, req.stream)
     rules.check_top_logprobs(req.top_logprobs, req.logprobs)
     rules.check_stream_options(req.stream_options, req.stream)
@@ -131,12 +134,16 @@ def check_supported(req: ChatCompletionRequest, state: AppState) -> None:
     cannot do: a clear 400/501."""
     tooling.tool_parsing_unavailable(state.parsers, req.tool_choice)
     if req.functions is not None or req.function_call is not None:
-        raise ApiError("`functions` and `function_call` (deprecated function calling) are "
-                       "not supported by this frontend", param="functions")
+        raise ApiError(
+            "`functions` and `function_call` (deprecated function calling) are "
+            "not supported by this frontend",
+            param="functions",
+        )
     check_template_override(req.chat_template, req.chat_template_kwargs)
     if req.logprob_token_ids:
-        raise ApiError("logprob_token_ids is not supported by this frontend",
-                       param="logprob_token_ids")
+        raise ApiError(
+            "logprob_token_ids is not supported by this frontend", param="logprob_token_ids"
+        )
 
 
 # Admission control: ``n``.
@@ -144,6 +151,7 @@ count_choices = choice_counter(BodyCounts.samples)
 
 
 # ---------------------------------------------------------------------------- handler
+
 
 async def create_chat_completion(state: AppState, request: web.Request) -> web.StreamResponse:
     req = await decode_body(request, ChatCompletionRequest)
@@ -159,56 +167,96 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
     add_generation_prompt = req.add_generation_prompt is not False
     renderer = state.renderer
     arrival = time.monotonic()  # before tokenization, as vLLM's arrival_time
-    kwargs = template_kwargs(req.chat_template_kwargs, documents=req.documents,
-                             reasoning_effort=req.reasoning_effort)
+    kwargs = template_kwargs(
+        req.chat_template_kwargs, documents=req.documents, reasoning_effort=req.reasoning_effort
+    )
     if req.tools is not None:  # as vLLM dumps them; the client's kwargs win
         kwargs = {"tools": req.tools, **kwargs}
     rendered = await renderer.render_chat(
-        renderer.parse_messages(req.messages), add_generation_prompt=add_generation_prompt,
-        continue_final_message=req.continue_final_message, kwargs=kwargs,
-        add_special_tokens=req.add_special_tokens, truncate=req.truncate_prompt_tokens,
-        truncation_side=req.truncation_side, max_output_tokens=requested or 0)
+        renderer.parse_messages(req.messages),
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=req.continue_final_message,
+        kwargs=kwargs,
+        add_special_tokens=req.add_special_tokens,
+        truncate=req.truncate_prompt_tokens,
+        truncation_side=req.truncation_side,
+        max_output_tokens=requested or 0,
+    )
     prompt_ids = rendered.token_ids
     plan = tooling.plan(
-        state.parsers, tools=req.tools, tool_choice=req.tool_choice,
-        parallel_tool_calls=req.parallel_tool_calls, include_reasoning=req.include_reasoning,
-        response_format=req.response_format, structured_outputs=req.structured_outputs,
-        constraints=constraints, prompt_token_ids=prompt_ids,
+        state.parsers,
+        tools=req.tools,
+        tool_choice=req.tool_choice,
+        parallel_tool_calls=req.parallel_tool_calls,
+        include_reasoning=req.include_reasoning,
+        response_format=req.response_format,
+        structured_outputs=req.structured_outputs,
+        constraints=constraints,
+        prompt_token_ids=prompt_ids,
         template_kwargs=tooling.parser_template_kwargs(
-            req.chat_template_kwargs, add_generation_prompt=add_generation_prompt,
-            continue_final_message=req.continue_final_message, documents=req.documents,
-            reasoning_effort=req.reasoning_effort))
+            req.chat_template_kwargs,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=req.continue_final_message,
+            documents=req.documents,
+            reasoning_effort=req.reasoning_effort,
+        ),
+    )
     if req.use_beam_search:
         return await beam_search.serve(
-            state, request, req, f"chatcmpl-{request_id_for(request, req.request_id)}",
-            [prompt_ids], requested, state.lora.get(served),
-            lambda group: ChatView(state, req, group, served, rendered,
-                                   add_generation_prompt, plan))
+            state,
+            request,
+            req,
+            f"chatcmpl-{request_id_for(request, req.request_id)}",
+            [prompt_ids],
+            requested,
+            state.lora.get(served),
+            lambda group: ChatView(
+                state, req, group, served, rendered, add_generation_prompt, plan
+            ),
+        )
 
     model = state.model
-    max_tokens = get_max_tokens(max_model_len, requested, len(prompt_ids),
-                                model.default_sampling, model.override_max_tokens)
+    max_tokens = get_max_tokens(
+        max_model_len, requested, len(prompt_ids), model.default_sampling, model.override_max_tokens
+    )
     fields = req.to_sampling_fields()
     if plan.skip_special_tokens is False:  # the parser reads its marker tokens
         fields.skip_special_tokens = False
-    params = build_sampling_params(model, fields, max_tokens=max_tokens,
-                                   stream=bool(req.stream))
+    params = build_sampling_params(model, fields, max_tokens=max_tokens, stream=bool(req.stream))
     params.structured_outputs = await resolve_structured_outputs(
-        plan.constraints, state.config.structured_outputs)
+        plan.constraints, state.config.structured_outputs
+    )
     rid = request_id_for(request, req.request_id)
-    group = Group(f"chatcmpl-{rid}", stream=bool(req.stream),
-                  max_pending=state.config.max_stream_buffer, arrival=arrival)
+    group = Group(
+        f"chatcmpl-{rid}",
+        stream=bool(req.stream),
+        max_pending=state.config.max_stream_buffer,
+        arrival=arrival,
+    )
     group.lora = state.lora.get(served)
     for j in range(params.n):
-        state.table.add_choice(group, index=j, prompt_index=0, prompt_token_ids=prompt_ids,
-                               params=child_params(params, j))
+        state.table.add_choice(
+            group,
+            index=j,
+            prompt_index=0,
+            prompt_token_ids=prompt_ids,
+            params=child_params(params, j),
+        )
     view = ChatView(state, req, group, served, rendered, add_generation_prompt, plan)
-    return await serve_group(state, request, group, view, priority=req.priority,
-                             cache_salt=req.cache_salt, reasoning_ended=plan.reasoning_ended,
-                             reasoning_parser_kwargs=plan.reasoning_parser_kwargs)
+    return await serve_group(
+        state,
+        request,
+        group,
+        view,
+        priority=req.priority,
+        cache_salt=req.cache_salt,
+        reasoning_ended=plan.reasoning_ended,
+        reasoning_parser_kwargs=plan.reasoning_parser_kwargs,
+    )
 
 
 # ---------------------------------------------------------------------------- responses
+
 
 class ChatView:
     """Turns a group's choices into OpenAI chat completion JSON.
@@ -219,9 +267,16 @@ class ChatView:
     :class:`~frontend.openai.tooling.StreamParser` as it queues each delta).
     """
 
-    def __init__(self, state: AppState, req: ChatCompletionRequest, group: Group,
-                 served: str, rendered: RenderedChat, add_generation_prompt: bool,
-                 plan: tooling.ChatTooling) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        req: ChatCompletionRequest,
+        group: Group,
+        served: str,
+        rendered: RenderedChat,
+        add_generation_prompt: bool,
+        plan: tooling.ChatTooling,
+    ) -> None:
         self.state = state
         self.req = req
         self.group = group
@@ -230,14 +285,18 @@ class ChatView:
         self.plan = plan
         self.created = int(group.created)
         messages = req.messages
-        self.role = (RESPONSE_ROLE if add_generation_prompt
-                     else messages[-1].get("role") if messages else RESPONSE_ROLE)
+        self.role = (
+            RESPONSE_ROLE
+            if add_generation_prompt
+            else messages[-1].get("role")
+            if messages
+            else RESPONSE_ROLE
+        )
         self.echo_text = self._echo_text() if req.echo else ""
         self.prompt_text = rendered.text if req.return_prompt_text else None
         # Streaming with a parser: one per choice, installed as the table's hook
         # before the engine requests go out.
-        self.hooks = (tooling.install_stream_parsers(plan, group.choices)
-                      if req.stream else None)
+        self.hooks = tooling.install_stream_parsers(plan, group.choices) if req.stream else None
 
     def _echo_text(self) -> str:
         """The last message's content when its role is the response's (vLLM's echo)."""
@@ -253,9 +312,13 @@ class ChatView:
     def _logprobs(self, token_ids: list[int], positions: list[Position | None] | None):
         if not self.req.logprobs:
             return None
-        return chat_logprobs(token_ids, positions or [], self.req.top_logprobs,
-                             bool(self.req.return_tokens_as_token_ids),
-                             token_bytes=not self.req.use_beam_search)
+        return chat_logprobs(
+            token_ids,
+            positions or [],
+            self.req.top_logprobs,
+            bool(self.req.return_tokens_as_token_ids),
+            token_bytes=not self.req.use_beam_search,
+        )
 
     def _completion_details(self, reasoning_tokens: int) -> dict | None:
         """usage.completion_tokens_details: vLLM's reasoning count with a reasoning parser."""
@@ -271,23 +334,32 @@ class ChatView:
             positions = choice.logprobs.sample if choice.logprobs else None
             if plan.parsing:
                 fields, finish_reason, reasoning = plan.message(
-                    choice.text, choice.token_ids, choice.finish_reason)
+                    choice.text, choice.token_ids, choice.finish_reason
+                )
                 reasoning_tokens += reasoning
             else:
-                fields = {"content": choice.text, "refusal": None, "annotations": None,
-                          "audio": None, "function_call": None, "reasoning": None}
+                fields = {
+                    "content": choice.text,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "reasoning": None,
+                }
                 finish_reason = choice.finish_reason or "stop"
             if req.echo:
                 fields["content"] = self.echo_text + (fields["content"] or "")
-            choices.append({
-                "index": choice.index,
-                "message": {"role": self.role, **fields},
-                "logprobs": None if hide else self._logprobs(choice.token_ids, positions),
-                "finish_reason": finish_reason,
-                "stop_reason": choice.stop_reason,
-                "token_ids": choice.token_ids if req.return_token_ids and not hide else None,
-                "routed_experts": None,
-            })
+            choices.append(
+                {
+                    "index": choice.index,
+                    "message": {"role": self.role, **fields},
+                    "logprobs": None if hide else self._logprobs(choice.token_ids, positions),
+                    "finish_reason": finish_reason,
+                    "stop_reason": choice.stop_reason,
+                    "token_ids": choice.token_ids if req.return_token_ids and not hide else None,
+                    "routed_experts": None,
+                }
+            )
             num_generated += len(choice.token_ids)
         first = self.group.choices[0]
         prompt_ids = self.rendered.token_ids
@@ -303,7 +375,8 @@ class ChatView:
             "system_fingerprint": self.state.system_fingerprint,
             "usage": usage,
             "prompt_logprobs": prompt_logprobs_json(
-                first.logprobs.prompt if first.logprobs else None),
+                first.logprobs.prompt if first.logprobs else None
+            ),
             "prompt_token_ids": prompt_ids if req.return_token_ids else None,
             "prompt_text": self.prompt_text,
             "kv_transfer_params": None,
@@ -320,10 +393,17 @@ class ChatView:
         """Per-stream state and the byte prefix every chunk shares."""
         group, state = self.group, self.state
         self.include_usage, self.continuous = stream_usage_flags(
-            self.req.stream_options, state.config.force_include_usage)
+            self.req.stream_options, state.config.force_include_usage
+        )
         self.emitted = [0] * len(group.choices)
-        prefix = state.json({"id": group.request_id, "object": "chat.completion.chunk",
-                              "created": self.created, "model": self.model_name})[:-1]
+        prefix = state.json(
+            {
+                "id": group.request_id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model_name,
+            }
+        )[:-1]
         self.head = b"data: " + prefix + b',"choices":[{"index":'
         self.num_prompt = len(self.rendered.token_ids)
         self.started = False
@@ -337,8 +417,11 @@ class ChatView:
             parts.append(self._opening_chunks(self.head, self.num_prompt, self.continuous))
         chunk = self._chunk_of
         for d in deltas:
-            parts.append(chunk(self.head, d, self.emitted, self.num_prompt,
-                               self.include_usage, self.continuous))
+            parts.append(
+                chunk(
+                    self.head, d, self.emitted, self.num_prompt, self.include_usage, self.continuous
+                )
+            )
         return b"".join(p for p in parts if p)
 
     def _closing(self) -> bytes | None:
@@ -346,36 +429,71 @@ class ChatView:
             return None
         usage = usage_dict(self.num_prompt, sum(self.emitted))
         if self.plan.reasoning_details:
-            usage["completion_tokens_details"] = self._completion_details(sum(
-                hook.count_reasoning_tokens(c.token_ids)
-                for hook, c in zip(self.hooks or (), self.group.choices)))
-        return self.state.json({
-            "id": self.group.request_id, "object": "chat.completion.chunk",
-            "created": self.created, "model": self.model_name, "choices": [],
-            "usage": usage, "system_fingerprint": self.state.system_fingerprint})
+            usage["completion_tokens_details"] = self._completion_details(
+                sum(
+                    hook.count_reasoning_tokens(c.token_ids)
+                    for hook, c in zip(self.hooks or (), self.group.choices)
+                )
+            )
+        return self.state.json(
+            {
+                "id": self.group.request_id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model_name,
+                "choices": [],
+                "usage": usage,
+                "system_fingerprint": self.state.system_fingerprint,
+            }
+        )
 
     def _opening_chunks(self, head: bytes, num_prompt: int, continuous: bool) -> bytes:
         """One role chunk per choice (then the echo chunks), as vLLM sends them."""
         json = self.state.json
-        usage = (b',"usage":' + json({**usage_dict(num_prompt, 0),
-                                      "completion_tokens_details":
-                                          self._completion_details(0)})
-                 if continuous else b"")
-        role_tail = (b',"delta":' + json({"role": self.role, "content": ""})
-                     + b',"logprobs":null,"finish_reason":null}]' + usage
-                     + b',"prompt_token_ids":'
-                     + json(self.rendered.token_ids if self.req.return_token_ids else None)
-                     + b',"prompt_text":' + json(self.prompt_text) + b"}\n\n")
+        usage = (
+            b',"usage":'
+            + json(
+                {
+                    **usage_dict(num_prompt, 0),
+                    "completion_tokens_details": self._completion_details(0),
+                }
+            )
+            if continuous
+            else b""
+        )
+        role_tail = (
+            b',"delta":'
+            + json({"role": self.role, "content": ""})
+            + b',"logprobs":null,"finish_reason":null}]'
+            + usage
+            + b',"prompt_token_ids":'
+            + json(self.rendered.token_ids if self.req.return_token_ids else None)
+            + b',"prompt_text":'
+            + json(self.prompt_text)
+            + b"}\n\n"
+        )
         n = len(self.group.choices)
         out = [head + str(i).encode() + role_tail for i in range(n)]
         if self.echo_text:
-            echo_tail = (b',"delta":' + json({"content": self.echo_text})
-                         + b',"logprobs":null,"finish_reason":null}]' + usage + b"}\n\n")
+            echo_tail = (
+                b',"delta":'
+                + json({"content": self.echo_text})
+                + b',"logprobs":null,"finish_reason":null}]'
+                + usage
+                + b"}\n\n"
+            )
             out.extend(head + str(i).encode() + echo_tail for i in range(n))
         return b"".join(out)
 
-    def _chunk(self, head: bytes, d: Delta, emitted: list[int], num_prompt: int,
-               include_usage: bool, continuous: bool) -> bytes | None:
+    def _chunk(
+        self,
+        head: bytes,
+        d: Delta,
+        emitted: list[int],
+        num_prompt: int,
+        include_usage: bool,
+        continuous: bool,
+    ) -> bytes | None:
         c: Choice = d.choice
         i = c.index
         if not d.text and not d.token_ids and not emitted[i]:
@@ -393,14 +511,22 @@ class ChatView:
         body["token_ids"] = d.token_ids if self.req.return_token_ids else None
         tail = b"}]"
         if continuous:
-            tail += b',"usage":' + json({**usage_dict(num_prompt, emitted[i]),
-                                         "completion_tokens_details": None})
+            tail += b',"usage":' + json(
+                {**usage_dict(num_prompt, emitted[i]), "completion_tokens_details": None}
+            )
         if finished and not include_usage:
             tail += b',"system_fingerprint":' + json(self.state.system_fingerprint)
         return head + str(i).encode() + b"," + json(body)[1:-1] + tail + b"}\n\n"
 
-    def _parsed_chunk(self, head: bytes, d: Delta, emitted: list[int], num_prompt: int,
-                      include_usage: bool, continuous: bool) -> bytes | None:
+    def _parsed_chunk(
+        self,
+        head: bytes,
+        d: Delta,
+        emitted: list[int],
+        num_prompt: int,
+        include_usage: bool,
+        continuous: bool,
+    ) -> bytes | None:
         """A chunk of a parsed choice: the parser's delta (reasoning, content,
         tool call pieces), as vLLM's serving layer sends it."""
         c: Choice = d.choice
@@ -419,21 +545,24 @@ class ChatView:
         else:
             delta = parsed.to_dict()
         hook = self.hooks[i]
-        body: dict[str, Any] = {"delta": delta, "logprobs": logprobs,
-                                "finish_reason": None}
+        body: dict[str, Any] = {"delta": delta, "logprobs": logprobs, "finish_reason": None}
         if finished:
-            body["finish_reason"] = stream_finish_reason(hook.tools_streamed,
-                                                         self.req.tool_choice, d.finish_reason)
+            body["finish_reason"] = stream_finish_reason(
+                hook.tools_streamed, self.req.tool_choice, d.finish_reason
+            )
             body["stop_reason"] = d.stop_reason
         body["token_ids"] = d.token_ids if self.req.return_token_ids and not hide else None
         json = self.state.json
         tail = b"}]"
         if continuous:
             details = self._completion_details(
-                hook.count_reasoning_tokens(c.token_ids[:emitted[i]])
-                if self.plan.reasoning_details else 0)
-            tail += b',"usage":' + json({**usage_dict(num_prompt, emitted[i]),
-                                         "completion_tokens_details": details})
+                hook.count_reasoning_tokens(c.token_ids[: emitted[i]])
+                if self.plan.reasoning_details
+                else 0
+            )
+            tail += b',"usage":' + json(
+                {**usage_dict(num_prompt, emitted[i]), "completion_tokens_details": details}
+            )
         if finished and not include_usage:
             tail += b',"system_fingerprint":' + json(self.state.system_fingerprint)
         return head + str(i).encode() + b"," + json(body)[1:-1] + tail + b"}\n\n"

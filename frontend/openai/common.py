@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Mapping, TypeVar
+from collections.abc import Mapping
+from typing import TypeVar
 
 import msgspec
 from aiohttp import web
 
+from frontend.choices import Group
 from frontend.errors import ApiError, from_msgspec, from_validation
-from frontend.fanout import Group
 from frontend.ids import random_hex
 from frontend.state import AppState
 from protocol.errors import ValidationError
@@ -47,10 +48,14 @@ def json_decode_error(body: bytes) -> ApiError | None:
     try:
         json.loads(body)
     except json.JSONDecodeError as e:
-        detail = {"type": "json_invalid", "loc": f"body.{e.pos}", "msg": "JSON decode error",
-                  "input": "<dict of 0 items>", "ctx": {"error": e.msg}}
-        return ApiError(f"1 validation error:\n  {detail}", 400, "Bad Request",
-                        f"body.{e.pos}")
+        detail = {
+            "type": "json_invalid",
+            "loc": f"body.{e.pos}",
+            "msg": "JSON decode error",
+            "input": "<dict of 0 items>",
+            "ctx": {"error": e.msg},
+        }
+        return ApiError(f"1 validation error:\n  {detail}", 400, "Bad Request", f"body.{e.pos}")
     except (UnicodeDecodeError, RecursionError):
         return None
     return None
@@ -58,8 +63,7 @@ def json_decode_error(body: bytes) -> ApiError | None:
 
 def request_id_for(request: web.Request, body_request_id: str | None) -> str:
     """The X-Request-Id header, else the body's request_id, else random hex (as vLLM)."""
-    return (request.headers.get("X-Request-Id") or body_request_id
-            or random_hex(8))
+    return request.headers.get("X-Request-Id") or body_request_id or random_hex(8)
 
 
 def stream_usage_flags(options: StreamOptions | None, force: bool) -> tuple[bool, bool]:
@@ -73,9 +77,11 @@ def stream_usage_flags(options: StreamOptions | None, force: bool) -> tuple[bool
 
 
 def usage_dict(prompt_tokens: int, completion_tokens: int, *, details: bool = False) -> dict:
-    usage = {"prompt_tokens": prompt_tokens,
-             "total_tokens": prompt_tokens + completion_tokens,
-             "completion_tokens": completion_tokens}
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
     if details:
         usage["prompt_tokens_details"] = None
         usage["completion_tokens_details"] = None
@@ -100,10 +106,17 @@ def warn_if_traced(headers: Mapping[str, str]) -> None:
         log.warning("Received a request with trace context but tracing is disabled")
 
 
-async def serve_group(state: AppState, request: web.Request, group: Group, view,
-                      *, priority: int, cache_salt: str | None,
-                      reasoning_ended: bool | None = None,
-                      reasoning_parser_kwargs: dict | None = None) -> web.StreamResponse:
+async def serve_group(
+    state: AppState,
+    request: web.Request,
+    group: Group,
+    view,
+    *,
+    priority: int,
+    cache_salt: str | None,
+    reasoning_ended: bool | None = None,
+    reasoning_parser_kwargs: dict | None = None,
+) -> web.StreamResponse:
     """Send the group's engine requests, then stream them or answer once all are
     done. Whatever happens, the group is released: unfinished engine requests
     are aborted (client gone, error) and its table entries freed."""
@@ -114,9 +127,13 @@ async def serve_group(state: AppState, request: web.Request, group: Group, view,
         warn_if_traced(request.headers)
     try:
         try:
-            table.submit(group, priority=priority, cache_salt=cache_salt,
-                         reasoning_ended=reasoning_ended,
-                         reasoning_parser_kwargs=reasoning_parser_kwargs)
+            table.submit(
+                group,
+                priority=priority,
+                cache_salt=cache_salt,
+                reasoning_ended=reasoning_ended,
+                reasoning_parser_kwargs=reasoning_parser_kwargs,
+            )
         except ValidationError as e:
             raise from_validation(e) from e
         if group.stream:
@@ -124,7 +141,6 @@ async def serve_group(state: AppState, request: web.Request, group: Group, view,
         await group.wait_done()
         if group.error is not None:
             raise group.error
-        return web.Response(body=state.json(view.full_response()),
-                            content_type="application/json")
+        return web.Response(body=state.json(view.full_response()), content_type="application/json")
     finally:
         table.release(group)

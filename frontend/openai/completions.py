@@ -14,8 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from frontend import structured as so
+from frontend.choices import Choice, Delta, Group
 from frontend.errors import ApiError, invalid, schema_error
-from frontend.fanout import Choice, Delta, Group
 from frontend.openai import beam_search
 from frontend.openai import validators as rules
 from frontend.openai.common import (
@@ -40,8 +40,10 @@ from frontend.openai.sse import stream_group
 from frontend.state import AppState
 
 # The rest of a mid-stream chunk that carries only text (same keys as _chunk's).
-PLAIN_CHUNK_TAIL = (b',"logprobs":null,"finish_reason":null,"stop_reason":null,'
-                    b'"prompt_token_ids":null,"token_ids":null}]}\n\n')
+PLAIN_CHUNK_TAIL = (
+    b',"logprobs":null,"finish_reason":null,"stop_reason":null,'
+    b'"prompt_token_ids":null,"token_ids":null}]}\n\n'
+)
 
 
 class CompletionRequest(SamplingRequest, kw_only=True):
@@ -61,8 +63,10 @@ class CompletionRequest(SamplingRequest, kw_only=True):
         if prompt_logprobs is None and self.echo:
             prompt_logprobs = self.logprobs
         return self.sampling_fields(
-            n=self.n, logprobs=None if self.logprob_token_ids else self.logprobs,
-            prompt_logprobs=prompt_logprobs)
+            n=self.n,
+            logprobs=None if self.logprob_token_ids else self.logprobs,
+            prompt_logprobs=prompt_logprobs,
+        )
 
 
 def validate_request(req: CompletionRequest) -> so.Constraints:
@@ -75,13 +79,11 @@ def validate_request(req: CompletionRequest) -> so.Constraints:
     rules.check_prompt_or_embeds(req.prompt, req.prompt_embeds)
     rules.check_stream_options(req.stream_options, req.stream)
     # check_logprobs
-    rules.check_no_logprob_token_ids_in_beam_search(req.logprob_token_ids,
-                                                    req.use_beam_search)
+    rules.check_no_logprob_token_ids_in_beam_search(req.logprob_token_ids, req.use_beam_search)
     rules.check_no_echo_logprobs_in_beam_search(req.use_beam_search, req.echo, req.logprobs)
     rules.check_logprob_token_ids_need_output(req.logprob_token_ids, req.echo, req.max_tokens)
     rules.check_logprob_token_ids_with_logprobs(req.logprob_token_ids, req.logprobs)
-    rules.check_numbers((("prompt_logprobs", req.prompt_logprobs),
-                         ("logprobs", req.logprobs)))
+    rules.check_numbers((("prompt_logprobs", req.prompt_logprobs), ("logprobs", req.logprobs)))
     rules.check_prompt_logprobs(req.prompt_logprobs, req.stream)
     rules.check_positive_or_all("logprobs", req.logprobs)
     so.check_structured_outputs_count(req.structured_outputs, chat=False)
@@ -93,11 +95,16 @@ def validate_request(req: CompletionRequest) -> so.Constraints:
     constraints = so.parse(req.response_format, req.structured_outputs)
     if req.prompt_embeds is not None:
         # What vLLM answers when started without --enable-prompt-embeds.
-        raise invalid("You must set `--enable-prompt-embeds` to input `prompt_embeds`.",
-                      "prompt_embeds")
+        raise invalid(
+            "You must set `--enable-prompt-embeds` to input `prompt_embeds`.", "prompt_embeds"
+        )
     if req.suffix is not None:
-        raise ApiError("suffix is only supported for models with FIM completion rendering",
-                       400, "BadRequestError", "suffix")
+        raise ApiError(
+            "suffix is only supported for models with FIM completion rendering",
+            400,
+            "BadRequestError",
+            "suffix",
+        )
     return constraints
 
 
@@ -119,9 +126,11 @@ def split_prompts(prompt: Any) -> list[str | list[int]]:
     # pydantic tries the union's branches in order and reports the first error
     # of the first one, list[int >= 0]: the first element that is not such an int.
     first_bad = next(i for i, t in enumerate(prompt) if not _is_token(t))
-    raise schema_error("prompt must be a string, a list of strings, a list of token ids "
-                       "(>= 0) or a list of lists of token ids (>= 0)",
-                       f"body.prompt.{first_bad}")
+    raise schema_error(
+        "prompt must be a string, a list of strings, a list of token ids "
+        "(>= 0) or a list of lists of token ids (>= 0)",
+        f"body.prompt.{first_bad}",
+    )
 
 
 def _is_token(value: Any) -> bool:
@@ -142,45 +151,77 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
     check_max_output_tokens(req.max_tokens, max_model_len)
     arrival = time.monotonic()  # before tokenization, as vLLM's arrival_time
     rendered = await state.renderer.render_prompts(
-        prompts, add_special_tokens=req.add_special_tokens,
-        truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side,
-        detokenize=bool(req.echo) and not req.return_token_ids)
+        prompts,
+        add_special_tokens=req.add_special_tokens,
+        truncate=req.truncate_prompt_tokens,
+        truncation_side=req.truncation_side,
+        detokenize=bool(req.echo) and not req.return_token_ids,
+    )
     echo_without_generation = bool(req.echo) and req.max_tokens == 0
     rid = request_id_for(request, req.request_id)
     if req.use_beam_search:
         return await beam_search.serve(
-            state, request, req, f"cmpl-{rid}", [ids for ids, _ in rendered], req.max_tokens,
+            state,
+            request,
+            req,
+            f"cmpl-{rid}",
+            [ids for ids, _ in rendered],
+            req.max_tokens,
             state.lora.get(served),
-            lambda group: CompletionView(state, req, group, served, rendered))
-    group = Group(f"cmpl-{rid}", stream=bool(req.stream),
-                  max_pending=state.config.max_stream_buffer, arrival=arrival)
+            lambda group: CompletionView(state, req, group, served, rendered),
+        )
+    group = Group(
+        f"cmpl-{rid}",
+        stream=bool(req.stream),
+        max_pending=state.config.max_stream_buffer,
+        arrival=arrival,
+    )
     group.lora = state.lora.get(served)
     model = state.model
     fields = req.to_sampling_fields()
     grammar = None
     for p_idx, (ids, _) in enumerate(rendered):
-        max_tokens = get_max_tokens(max_model_len, req.max_tokens, len(ids),
-                                    model.default_sampling, model.override_max_tokens)
+        max_tokens = get_max_tokens(
+            max_model_len,
+            req.max_tokens,
+            len(ids),
+            model.default_sampling,
+            model.override_max_tokens,
+        )
         params = build_sampling_params(
-            model, fields, max_tokens=1 if echo_without_generation else max_tokens,
-            stream=bool(req.stream))
+            model,
+            fields,
+            max_tokens=1 if echo_without_generation else max_tokens,
+            stream=bool(req.stream),
+        )
         if p_idx == 0:  # after the sampling checks, as vLLM validates it; once per request
-            grammar = await resolve_structured_outputs(constraints,
-                                                       state.config.structured_outputs)
+            grammar = await resolve_structured_outputs(constraints, state.config.structured_outputs)
         params.structured_outputs = grammar
         for j in range(req.n):
-            state.table.add_choice(group, index=p_idx * req.n + j, prompt_index=p_idx,
-                                   prompt_token_ids=ids, params=child_params(params, j))
+            state.table.add_choice(
+                group,
+                index=p_idx * req.n + j,
+                prompt_index=p_idx,
+                prompt_token_ids=ids,
+                params=child_params(params, j),
+            )
     view = CompletionView(state, req, group, served, rendered)
-    return await serve_group(state, request, group, view, priority=req.priority,
-                             cache_salt=req.cache_salt)
+    return await serve_group(
+        state, request, group, view, priority=req.priority, cache_salt=req.cache_salt
+    )
 
 
 class CompletionView:
     """Turns a group's choices into OpenAI completion JSON."""
 
-    def __init__(self, state: AppState, req: CompletionRequest, group: Group,
-                 served: str, rendered: list[tuple[list[int], str]]) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        req: CompletionRequest,
+        group: Group,
+        served: str,
+        rendered: list[tuple[list[int], str]],
+    ) -> None:
         self.state = state
         self.req = req
         self.group = group
@@ -221,19 +262,27 @@ class CompletionView:
             logprobs = None
             if req.logprobs is not None:
                 logprobs = completion_logprobs(
-                    self.state.model, token_ids, positions or [], req.logprobs,
-                    bool(req.logprob_token_ids), 0, bool(req.return_tokens_as_token_ids))
-            choices.append({
-                "index": choice.index,
-                "text": text,
-                "logprobs": logprobs,
-                "finish_reason": choice.finish_reason,
-                "stop_reason": choice.stop_reason,
-                "token_ids": choice.token_ids if req.return_token_ids else None,
-                "prompt_logprobs": prompt_logprobs_json(prompt_positions),
-                "prompt_token_ids": prompt_ids if req.return_token_ids else None,
-                "routed_experts": None,
-            })
+                    self.state.model,
+                    token_ids,
+                    positions or [],
+                    req.logprobs,
+                    bool(req.logprob_token_ids),
+                    0,
+                    bool(req.return_tokens_as_token_ids),
+                )
+            choices.append(
+                {
+                    "index": choice.index,
+                    "text": text,
+                    "logprobs": logprobs,
+                    "finish_reason": choice.finish_reason,
+                    "stop_reason": choice.stop_reason,
+                    "token_ids": choice.token_ids if req.return_token_ids else None,
+                    "prompt_logprobs": prompt_logprobs_json(prompt_positions),
+                    "prompt_token_ids": prompt_ids if req.return_token_ids else None,
+                    "routed_experts": None,
+                }
+            )
             num_generated += len(choice.token_ids)
         num_prompt = sum(len(ids) for ids, _ in self.rendered)
         return {
@@ -259,18 +308,26 @@ class CompletionView:
         """Per-stream state and the byte prefix every chunk shares."""
         group, state = self.group, self.state
         self.include_usage, self.continuous = stream_usage_flags(
-            self.req.stream_options, state.config.force_include_usage)
+            self.req.stream_options, state.config.force_include_usage
+        )
         n_choices = len(group.choices)
         self.text_offsets = [0] * n_choices
         self.emitted = [0] * n_choices
         self.started = [False] * n_choices
-        prefix = state.json({"id": group.request_id, "object": "text_completion",
-                              "created": self.created, "model": self.model_name})[:-1]
-        self.head = b'data: ' + prefix + b',"choices":[{"index":'
+        prefix = state.json(
+            {
+                "id": group.request_id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model_name,
+            }
+        )[:-1]
+        self.head = b"data: " + prefix + b',"choices":[{"index":'
         self.index_bytes = [str(i).encode() for i in range(n_choices)]
         # Most chunks carry text only: those skip building a dict.
-        self.plain = (self.req.logprobs is None and not self.req.return_token_ids
-                      and not self.continuous)
+        self.plain = (
+            self.req.logprobs is None and not self.req.return_token_ids and not self.continuous
+        )
 
     def _render(self, deltas: list[Delta]) -> bytes:
         return b"".join([self._chunk(d) for d in deltas])
@@ -279,19 +336,30 @@ class CompletionView:
         if not self.include_usage:
             return None
         num_prompt = sum(len(ids) for ids, _ in self.rendered)
-        return self.state.json({
-            "id": self.group.request_id, "object": "text_completion",
-            "created": self.created, "model": self.model_name, "choices": [],
-            "usage": usage_dict(num_prompt, sum(self.emitted)),
-            "system_fingerprint": self.state.system_fingerprint})
+        return self.state.json(
+            {
+                "id": self.group.request_id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model_name,
+                "choices": [],
+                "usage": usage_dict(num_prompt, sum(self.emitted)),
+                "system_fingerprint": self.state.system_fingerprint,
+            }
+        )
 
     def _chunk(self, d: Delta) -> bytes:
         c: Choice = d.choice
         i = c.index
         if self.plain and d.finish_reason is None and self.started[i]:
             self.emitted[i] += len(d.token_ids)
-            return (self.head + self.index_bytes[i] + b',"text":' + self.state.json(d.text)
-                    + PLAIN_CHUNK_TAIL)
+            return (
+                self.head
+                + self.index_bytes[i]
+                + b',"text":'
+                + self.state.json(d.text)
+                + PLAIN_CHUNK_TAIL
+            )
         req, state = self.req, self.state
         text, token_ids, positions = d.text, d.token_ids, d.logprobs
         prompt_ids_out = None
@@ -314,9 +382,14 @@ class CompletionView:
         logprobs = None
         if req.logprobs is not None:
             logprobs = completion_logprobs(
-                state.model, token_ids, positions or [], req.logprobs,
-                bool(req.logprob_token_ids), text_offsets[i],
-                bool(req.return_tokens_as_token_ids))
+                state.model,
+                token_ids,
+                positions or [],
+                req.logprobs,
+                bool(req.logprob_token_ids),
+                text_offsets[i],
+                bool(req.return_tokens_as_token_ids),
+            )
             if logprobs["tokens"]:
                 text_offsets[i] = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
         body = {

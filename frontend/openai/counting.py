@@ -8,7 +8,8 @@ odd counts 1: the handler then answers with the proper validation error.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -38,12 +39,14 @@ _raw_list = msgspec.json.Decoder(list[msgspec.Raw])
 
 def choice_counter(count: Callable[[BodyCounts], int]) -> Callable[[bytes], int]:
     """A route's counter: body bytes -> ``count`` of its skeleton (1 if unreadable)."""
+
     def count_choices(body: bytes) -> int:
         try:
             counts = _decoder.decode(body)
         except msgspec.DecodeError:
             return 1
         return count(counts)
+
     return count_choices
 
 

@@ -13,8 +13,8 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
+from frontend.choices import Choice, Delta, Group
 from frontend.errors import ApiError, invalid
-from frontend.fanout import Choice, Delta, Group
 from frontend.model import ModelInfo
 from frontend.openai import validators as rules
 from frontend.openai.common import (
@@ -81,8 +81,7 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     priority: int = 0
 
 
-def to_engine_params(sp: GenerateSamplingParams, model: ModelInfo,
-                     stream: bool) -> SamplingParams:
+def to_engine_params(sp: GenerateSamplingParams, model: ModelInfo, stream: bool) -> SamplingParams:
     """vLLM's SamplingParams from the body, validated as its constructor does
     while the body is parsed; ``max_tokens`` stays None if the client left it
     out (the server default needs the prompt length; ``create_generate`` sets it).
@@ -93,20 +92,34 @@ def to_engine_params(sp: GenerateSamplingParams, model: ModelInfo,
     """
     stop = [sp.stop] if isinstance(sp.stop, str) else list(sp.stop or [])
     params = SamplingParams(
-        n=sp.n, presence_penalty=sp.presence_penalty, frequency_penalty=sp.frequency_penalty,
-        repetition_penalty=sp.repetition_penalty, temperature=sp.temperature,
-        top_p=sp.top_p, top_k=sp.top_k, min_p=sp.min_p, seed=sp.seed, stop=stop,
-        stop_token_ids=list(sp.stop_token_ids or []), ignore_eos=sp.ignore_eos,
-        max_tokens=sp.max_tokens, min_tokens=sp.min_tokens, logprobs=sp.logprobs,
-        prompt_logprobs=sp.prompt_logprobs, detokenize=sp.detokenize,
+        n=sp.n,
+        presence_penalty=sp.presence_penalty,
+        frequency_penalty=sp.frequency_penalty,
+        repetition_penalty=sp.repetition_penalty,
+        temperature=sp.temperature,
+        top_p=sp.top_p,
+        top_k=sp.top_k,
+        min_p=sp.min_p,
+        seed=sp.seed,
+        stop=stop,
+        stop_token_ids=list(sp.stop_token_ids or []),
+        ignore_eos=sp.ignore_eos,
+        max_tokens=sp.max_tokens,
+        min_tokens=sp.min_tokens,
+        logprobs=sp.logprobs,
+        prompt_logprobs=sp.prompt_logprobs,
+        detokenize=sp.detokenize,
         skip_special_tokens=sp.skip_special_tokens,
         spaces_between_special_tokens=sp.spaces_between_special_tokens,
         include_stop_str_in_output=sp.include_stop_str_in_output,
         output_kind=OutputKind.DELTA if stream else OutputKind.FINAL_ONLY,
-        stream_interval=sp.stream_interval, logit_bias=sp.logit_bias,
+        stream_interval=sp.stream_interval,
+        logit_bias=sp.logit_bias,
         allowed_token_ids=sp.allowed_token_ids,
-        bad_words=list(sp.bad_words or []), repetition_detection=sp.repetition_detection,
-        watermarking=False)
+        bad_words=list(sp.bad_words or []),
+        repetition_detection=sp.repetition_detection,
+        watermarking=False,
+    )
     return finalize(params, model)
 
 
@@ -117,13 +130,15 @@ def check_prompt_len(prompt_len: int, max_model_len: int) -> None:
         raise invalid(
             f"The decoder prompt (length {prompt_len}) is longer than the maximum model "
             f"length of {max_model_len}. Make sure that `max_model_len` is no smaller "
-            "than the number of text tokens.")
+            "than the number of text tokens."
+        )
     if prompt_len == max_model_len:
         raise invalid(
             f"The decoder prompt (length {prompt_len}) plus the number of requested output "
             f"tokens (at least 1) is longer than the maximum model length of "
             f"{max_model_len}. Make sure that `max_model_len` is no smaller than the "
-            "number of text tokens (prompt + requested output tokens).")
+            "number of text tokens (prompt + requested output tokens)."
+        )
 
 
 # Admission control: ``sampling_params.n``.
@@ -140,30 +155,44 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
     served = state.resolve_model(req.model)
     max_num_seqs = state.ready.max_num_seqs if state.ready else 0
     if max_num_seqs and req.sampling_params.n > max_num_seqs:
-        raise ApiError(f"sampling_params.n must be at most the server's max_num_seqs "
-                       f"({max_num_seqs}), got {req.sampling_params.n}.")
+        raise ApiError(
+            f"sampling_params.n must be at most the server's max_num_seqs "
+            f"({max_num_seqs}), got {req.sampling_params.n}."
+        )
     state.renderer.check_vocab(req.token_ids)
     prompt_len = len(req.token_ids)
     if params.max_tokens is None:  # server-side default: the rest of the context
-        params.max_tokens = get_max_tokens(state.max_model_len, None, prompt_len,
-                                           state.model.default_sampling,
-                                           state.model.override_max_tokens)
+        params.max_tokens = get_max_tokens(
+            state.max_model_len,
+            None,
+            prompt_len,
+            state.model.default_sampling,
+            state.model.override_max_tokens,
+        )
     check_prompt_len(prompt_len, state.max_model_len)
     rid = request_id_for(request, req.request_id)
-    group = Group(f"generate-tokens-{rid}", stream=bool(req.stream),
-                  max_pending=state.config.max_stream_buffer)
+    group = Group(
+        f"generate-tokens-{rid}",
+        stream=bool(req.stream),
+        max_pending=state.config.max_stream_buffer,
+    )
     group.lora = state.lora.get(served)
     for j in range(params.n):
-        state.table.add_choice(group, index=j, prompt_index=0,
-                               prompt_token_ids=req.token_ids, params=child_params(params, j))
+        state.table.add_choice(
+            group,
+            index=j,
+            prompt_index=0,
+            prompt_token_ids=req.token_ids,
+            params=child_params(params, j),
+        )
     view = GenerateView(state, req, group, served)
-    return await serve_group(state, request, group, view, priority=req.priority,
-                             cache_salt=req.cache_salt)
+    return await serve_group(
+        state, request, group, view, priority=req.priority, cache_salt=req.cache_salt
+    )
 
 
 class GenerateView:
-    def __init__(self, state: AppState, req: GenerateRequest, group: Group,
-                 served: str) -> None:
+    def __init__(self, state: AppState, req: GenerateRequest, group: Group, served: str) -> None:
         self.state = state
         self.req = req
         self.group = group
@@ -177,36 +206,58 @@ class GenerateView:
         make = generate_text_logprobs if self.text_mode else generate_token_logprobs
         return make(token_ids, positions or [], self.num_top)
 
-    def _choice(self, index: int, finish: str | None, stop_reason: Any,
-                token_ids: list[int], positions: list[Position] | None,
-                weight_versions: list | None, text: str | None) -> dict:
+    def _choice(
+        self,
+        index: int,
+        finish: str | None,
+        stop_reason: Any,
+        token_ids: list[int],
+        positions: list[Position] | None,
+        weight_versions: list | None,
+        text: str | None,
+    ) -> dict:
         choice = {"index": index}
         if self.text_mode:
             choice["text"] = text
-        choice.update({"finish_reason": finish, "stop_reason": stop_reason,
-                       "token_ids": token_ids, "routed_experts": None,
-                       "sampling_mask": None, "weight_versions": weight_versions,
-                       "logprobs": self._logprobs(token_ids, positions)})
+        choice.update(
+            {
+                "finish_reason": finish,
+                "stop_reason": stop_reason,
+                "token_ids": token_ids,
+                "routed_experts": None,
+                "sampling_mask": None,
+                "weight_versions": weight_versions,
+                "logprobs": self._logprobs(token_ids, positions),
+            }
+        )
         return choice
 
     def full_response(self) -> dict:
         choices = []
         for c in sorted(self.group.choices, key=lambda c: c.index):
-            choices.append(self._choice(
-                c.index, c.finish_reason or "stop", c.stop_reason, c.token_ids,
-                c.logprobs.sample if c.logprobs else None, c.weight_spans(),
-                c.text))
+            choices.append(
+                self._choice(
+                    c.index,
+                    c.finish_reason or "stop",
+                    c.stop_reason,
+                    c.token_ids,
+                    c.logprobs.sample if c.logprobs else None,
+                    c.weight_spans(),
+                    c.text,
+                )
+            )
         prompt_ids = self.req.token_ids
         first = self.group.choices[0]
         return {
             "request_id": self.group.request_id,
             "model": self.model_name,
             "created": int(self.group.created),
-            "usage": usage_dict(len(prompt_ids), sum(len(c.token_ids)
-                                                     for c in self.group.choices),
-                                details=True),
+            "usage": usage_dict(
+                len(prompt_ids), sum(len(c.token_ids) for c in self.group.choices), details=True
+            ),
             "prompt_logprobs": prompt_logprobs_json(
-                first.logprobs.prompt if first.logprobs else None),
+                first.logprobs.prompt if first.logprobs else None
+            ),
             "prompt_token_id_logprobs": None,
             "prompt_token_ids": prompt_ids if self.req.return_token_ids else None,
             "mm_placeholders": None,
@@ -218,8 +269,7 @@ class GenerateView:
         }
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        self.include_usage, self.continuous = stream_usage_flags(self.req.stream_options,
-                                                                 False)
+        self.include_usage, self.continuous = stream_usage_flags(self.req.stream_options, False)
         self.generated = [0] * len(self.group.choices)
         self.prompt_ids_pending = bool(self.req.return_token_ids)
         return await stream_group(request, self.group, self._render, self._closing)
@@ -230,8 +280,7 @@ class GenerateView:
         for d in deltas:
             c: Choice = d.choice
             self.generated[c.index] += len(d.token_ids)
-            if not (d.token_ids or d.finish_reason is not None
-                    or (self.text_mode and d.text)):
+            if not (d.token_ids or d.finish_reason is not None or (self.text_mode and d.text)):
                 continue
             chunk: dict[str, Any] = {"request_id": group.request_id, "usage": None}
             if self.prompt_ids_pending:
@@ -240,19 +289,32 @@ class GenerateView:
                 self.prompt_ids_pending = False
             if self.continuous:
                 # A full UsageInfo: these chunks are not dumped with exclude_none.
-                chunk["usage"] = usage_dict(len(req.token_ids), self.generated[c.index],
-                                            details=True)
+                chunk["usage"] = usage_dict(
+                    len(req.token_ids), self.generated[c.index], details=True
+                )
             chunk["output_mode"] = req.output_mode
-            chunk["choices"] = [self._choice(
-                c.index, d.finish_reason, d.stop_reason, d.token_ids, d.logprobs,
-                c.weight_spans() if d.finish_reason else None, d.text)]
+            chunk["choices"] = [
+                self._choice(
+                    c.index,
+                    d.finish_reason,
+                    d.stop_reason,
+                    d.token_ids,
+                    d.logprobs,
+                    c.weight_spans() if d.finish_reason else None,
+                    d.text,
+                )
+            ]
             out.append(b"data: " + state.json(chunk) + b"\n\n")
         return b"".join(out)
 
     def _closing(self) -> bytes | None:
         if not self.include_usage:
             return None
-        return self.state.json({
-            "request_id": self.group.request_id,
-            "usage": usage_dict(len(self.req.token_ids), sum(self.generated)),
-            "output_mode": self.req.output_mode, "choices": []})
+        return self.state.json(
+            {
+                "request_id": self.group.request_id,
+                "usage": usage_dict(len(self.req.token_ids), sum(self.generated)),
+                "output_mode": self.req.output_mode,
+                "choices": [],
+            }
+        )

@@ -14,7 +14,8 @@ text), the sampled token first. The formats, as vLLM 0.32 writes them:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from frontend.text import Position
 
@@ -28,8 +29,9 @@ def _floor(logprob: float) -> float:
     return max(logprob, LOGPROB_FLOOR)
 
 
-def _positions(token_ids: list[int], positions: list[Position | None]
-               ) -> Iterator[tuple[int, Position | None]]:
+def _positions(
+    token_ids: list[int], positions: list[Position | None]
+) -> Iterator[tuple[int, Position | None]]:
     """Each output token with its position (None where there is none)."""
     for i, token_id in enumerate(token_ids):
         yield token_id, positions[i] if i < len(positions) else None
@@ -39,10 +41,15 @@ def _utf8(text: str) -> list[int]:
     return list(text.encode("utf-8", errors="replace"))
 
 
-def completion_logprobs(model: "ModelInfo", token_ids: list[int],
-                        positions: list[Position | None], num_top: int,
-                        all_alternatives: bool, initial_offset: int,
-                        as_token_ids: bool) -> dict:
+def completion_logprobs(
+    model: ModelInfo,
+    token_ids: list[int],
+    positions: list[Position | None],
+    num_top: int,
+    all_alternatives: bool,
+    initial_offset: int,
+    as_token_ids: bool,
+) -> dict:
     """The completions ``logprobs`` object.
 
     ``top_logprobs`` holds the sampled token plus the top ``num_top`` (keyed by
@@ -63,20 +70,31 @@ def completion_logprobs(model: "ModelInfo", token_ids: list[int],
             lp, _, text = pos[token_id]
             token = f"token_id:{token_id}" if as_token_ids else text
             token_logprobs.append(_floor(lp))
-            top.append({
-                (f"token_id:{tid}" if as_token_ids else t): _floor(v)
-                for k, (tid, (v, _, t)) in enumerate(pos.items())
-                if all_alternatives or num_top == -1 or num_top >= k
-            })
+            top.append(
+                {
+                    (f"token_id:{tid}" if as_token_ids else t): _floor(v)
+                    for k, (tid, (v, _, t)) in enumerate(pos.items())
+                    if all_alternatives or num_top == -1 or num_top >= k
+                }
+            )
         tokens.append(token)
         offsets.append(initial_offset if not offsets else offsets[-1] + last_len)
         last_len = len(token)
-    return {"text_offset": offsets, "token_logprobs": token_logprobs, "tokens": tokens,
-            "top_logprobs": top}
+    return {
+        "text_offset": offsets,
+        "token_logprobs": token_logprobs,
+        "tokens": tokens,
+        "top_logprobs": top,
+    }
 
 
-def chat_logprobs(token_ids: list[int], positions: list[Position | None], num_top: int,
-                  as_token_ids: bool, token_bytes: bool = True) -> dict:
+def chat_logprobs(
+    token_ids: list[int],
+    positions: list[Position | None],
+    num_top: int,
+    as_token_ids: bool,
+    token_bytes: bool = True,
+) -> dict:
     """Chat's ``logprobs``: ``top_logprobs`` holds the first ``num_top`` entries of
     the position (the sampled token first); a token that ended in a partial
     UTF-8 character has the text ``""``. Without ``token_bytes`` (beam search,
@@ -86,8 +104,14 @@ def chat_logprobs(token_ids: list[int], positions: list[Position | None], num_to
         entry = pos.get(token_id) if pos else None
         if entry is None:
             token = f"token_id:{token_id}" if as_token_ids else ""
-            content.append({"token": token, "logprob": LOGPROB_FLOOR, "bytes": _utf8(token),
-                            "top_logprobs": []})
+            content.append(
+                {
+                    "token": token,
+                    "logprob": LOGPROB_FLOOR,
+                    "bytes": _utf8(token),
+                    "top_logprobs": [],
+                }
+            )
             continue
         lp, _, text = entry
         top = []
@@ -96,54 +120,88 @@ def chat_logprobs(token_ids: list[int], positions: list[Position | None], num_to
                 break
             t = f"token_id:{tid}" if as_token_ids else t
             top.append({"token": t, "logprob": _floor(v), "bytes": _utf8(t)})
-        content.append({"token": f"token_id:{token_id}" if as_token_ids else text,
-                        "logprob": _floor(lp), "bytes": _utf8(text) if token_bytes else None,
-                        "top_logprobs": top})
+        content.append(
+            {
+                "token": f"token_id:{token_id}" if as_token_ids else text,
+                "logprob": _floor(lp),
+                "bytes": _utf8(text) if token_bytes else None,
+                "top_logprobs": top,
+            }
+        )
     return {"content": content}
 
 
-def generate_text_logprobs(token_ids: list[int], positions: list[Position | None],
-                           num_top: int) -> dict:
+def generate_text_logprobs(
+    token_ids: list[int], positions: list[Position | None], num_top: int
+) -> dict:
     """``/inference/v1/generate`` with ``output_mode: "text"``: chat's entries, but
     at least one alternative and no bytes where a position is missing."""
     content = []
     for token_id, pos in _positions(token_ids, positions):
         entry = pos.get(token_id) if pos else None
         if entry is None:
-            content.append({"token": f"token_id:{token_id}", "logprob": LOGPROB_FLOOR,
-                            "bytes": None, "top_logprobs": []})
+            content.append(
+                {
+                    "token": f"token_id:{token_id}",
+                    "logprob": LOGPROB_FLOOR,
+                    "bytes": None,
+                    "top_logprobs": [],
+                }
+            )
             continue
         lp, _, text = entry
-        content.append({
-            "token": text, "logprob": _floor(lp), "bytes": _utf8(text),
-            "top_logprobs": [{"token": t, "logprob": _floor(v), "bytes": _utf8(t)}
-                             for k, (tid, (v, _, t)) in enumerate(pos.items())
-                             if num_top == -1 or k < max(num_top, 1)]})
+        content.append(
+            {
+                "token": text,
+                "logprob": _floor(lp),
+                "bytes": _utf8(text),
+                "top_logprobs": [
+                    {"token": t, "logprob": _floor(v), "bytes": _utf8(t)}
+                    for k, (tid, (v, _, t)) in enumerate(pos.items())
+                    if num_top == -1 or k < max(num_top, 1)
+                ],
+            }
+        )
     return {"content": content}
 
 
-def generate_token_logprobs(token_ids: list[int], positions: list[Position | None],
-                            num_top: int) -> dict:
+def generate_token_logprobs(
+    token_ids: list[int], positions: list[Position | None], num_top: int
+) -> dict:
     """``/inference/v1/generate`` with token output: ids and ranks, no texts."""
     content = []
     for token_id, pos in _positions(token_ids, positions):
         entry = pos.get(token_id) if pos else None
         if entry is None:
-            content.append({"token_id": token_id, "logprob": LOGPROB_FLOOR, "rank": None,
-                            "top_logprobs": []})
+            content.append(
+                {"token_id": token_id, "logprob": LOGPROB_FLOOR, "rank": None, "top_logprobs": []}
+            )
             continue
         lp, rank, _ = entry
-        content.append({
-            "token_id": token_id, "logprob": _floor(lp), "rank": rank or None,
-            "top_logprobs": [{"token_id": tid, "logprob": _floor(v), "rank": r or None}
-                             for k, (tid, (v, r, _)) in enumerate(pos.items())
-                             if num_top == -1 or k < max(num_top, 1)]})
+        content.append(
+            {
+                "token_id": token_id,
+                "logprob": _floor(lp),
+                "rank": rank or None,
+                "top_logprobs": [
+                    {"token_id": tid, "logprob": _floor(v), "rank": r or None}
+                    for k, (tid, (v, r, _)) in enumerate(pos.items())
+                    if num_top == -1 or k < max(num_top, 1)
+                ],
+            }
+        )
     return {"content": content}
 
 
 def prompt_logprobs_json(positions: list[Position | None] | None) -> list | None:
     if positions is None:
         return None
-    return [None if p is None else {
-        str(tid): {"logprob": _floor(lp), "rank": rank, "decoded_token": text}
-        for tid, (lp, rank, text) in p.items()} for p in positions]
+    return [
+        None
+        if p is None
+        else {
+            str(tid): {"logprob": _floor(lp), "rank": rank, "decoded_token": text}
+            for tid, (lp, rank, text) in p.items()
+        }
+        for p in positions
+    ]

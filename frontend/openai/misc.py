@@ -30,21 +30,36 @@ async def list_models(state: AppState, request: web.Request) -> web.Response:
 
     def card(name: str, root: str, parent: str | None, max_model_len: int | None) -> dict:
         return {
-            "id": name, "object": "model", "created": now, "owned_by": "vllm",
-            "root": root, "parent": parent, "max_model_len": max_model_len,
-            "permission": [{
-                "id": f"modelperm-{secrets.token_hex(8)}", "object": "model_permission",
-                "created": now, "allow_create_engine": False, "allow_sampling": True,
-                "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-                "allow_fine_tuning": False, "organization": "*", "group": None,
-                "is_blocking": False}],
+            "id": name,
+            "object": "model",
+            "created": now,
+            "owned_by": "vllm",
+            "root": root,
+            "parent": parent,
+            "max_model_len": max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{secrets.token_hex(8)}",
+                    "object": "model_permission",
+                    "created": now,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
         }
 
     lora = state.lora
-    data = [card(name, state.model.path, None, state.max_model_len)
-            for name in state.model.served_names]
-    data += [card(a.lora_name, a.lora_path, lora.parent(a), None)
-             for a in lora.adapters.values()]
+    data = [
+        card(name, state.model.path, None, state.max_model_len) for name in state.model.served_names
+    ]
+    data += [card(a.lora_name, a.lora_path, lora.parent(a), None) for a in lora.adapters.values()]
     return json_response(state, {"object": "list", "data": data})
 
 
@@ -76,15 +91,21 @@ async def tokenize(state: AppState, request: web.Request) -> web.Response:
     if req.messages is not None:
         ids = await tokenize_chat(state, req)
     elif req.prompt is not None:
-        ids = await state.renderer.encode_for_tokenize(req.prompt,
-                                                       req.add_special_tokens is not False)
+        ids = await state.renderer.encode_for_tokenize(
+            req.prompt, req.add_special_tokens is not False
+        )
     else:
-        raise ApiError("Either prompt or messages must be provided", 400, "Bad Request",
-                       "prompt")
-    token_strs = ([state.model.id_to_token(t) for t in ids]
-                  if req.return_token_strs else None)
-    return json_response(state, {"count": len(ids), "max_model_len": state.max_model_len,
-                                  "tokens": ids, "token_strs": token_strs})
+        raise ApiError("Either prompt or messages must be provided", 400, "Bad Request", "prompt")
+    token_strs = [state.model.id_to_token(t) for t in ids] if req.return_token_strs else None
+    return json_response(
+        state,
+        {
+            "count": len(ids),
+            "max_model_len": state.max_model_len,
+            "tokens": ids,
+            "token_strs": token_strs,
+        },
+    )
 
 
 async def tokenize_chat(state: AppState, req: TokenizeRequest) -> list[int]:
@@ -92,8 +113,9 @@ async def tokenize_chat(state: AppState, req: TokenizeRequest) -> list[int]:
     if not isinstance(req.messages, list):
         raise schema_error("Input should be a valid list", "body.messages")
     if req.continue_final_message and req.add_generation_prompt is True:
-        raise ApiError("Cannot set both `continue_final_message` and "
-                       "`add_generation_prompt` to True.")
+        raise ApiError(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+        )
     check_template_override(req.chat_template, req.chat_template_kwargs)
     tools = normalize_tools(req.tools)
     kwargs = template_kwargs(req.chat_template_kwargs)
@@ -105,7 +127,9 @@ async def tokenize_chat(state: AppState, req: TokenizeRequest) -> list[int]:
         add_generation_prompt=req.add_generation_prompt is not False,
         continue_final_message=req.continue_final_message,
         kwargs=kwargs,
-        add_special_tokens=bool(req.add_special_tokens), check_length=False)
+        add_special_tokens=bool(req.add_special_tokens),
+        check_length=False,
+    )
     return rendered.token_ids
 
 
@@ -121,8 +145,7 @@ async def detokenize(state: AppState, request: web.Request) -> web.Response:
     # decode to nothing, ids beyond 32 bits fail in the tokenizer.
     negative = next((i for i, t in enumerate(req.tokens) if t < 0), None)
     if negative is not None:
-        raise schema_error("Input should be greater than or equal to 0",
-                           f"body.tokens.{negative}")
+        raise schema_error("Input should be greater than or equal to 0", f"body.tokens.{negative}")
     try:
         text = state.model.decode(req.tokens)
     except OverflowError as e:
@@ -136,19 +159,25 @@ async def debug_state(state: AppState, request: web.Request) -> web.Response:
     has_work = None
     serving = engine.routable_ranks()
     if serving:  # (a stalled rank would not answer; one dying just now cannot)
-        answers = await asyncio.gather(*(
-            engine.call_utility("has_work", rank=rank, timeout=5.0) for rank in serving),
-            return_exceptions=True)
+        answers = await asyncio.gather(
+            *(engine.call_utility("has_work", rank=rank, timeout=5.0) for rank in serving),
+            return_exceptions=True,
+        )
         has_work = any(answer is True for answer in answers)
-    body = {"worker": state.table.client_index, "workers": state.table.num_clients,
-            "pid": os.getpid(),
-            "table": len(state.table), "engine_alive": engine.alive,
-            "engine_has_work": has_work, "python_blocks": sys.getallocatedblocks(),
-            "ranks": [{"rank": rank, "state": rank_state,
-                       "in_flight": state.table.in_flight(rank)}
-                      for rank, rank_state in enumerate(engine.rank_states())]}
+    body = {
+        "worker": state.table.client_index,
+        "workers": state.table.num_clients,
+        "pid": os.getpid(),
+        "table": len(state.table),
+        "engine_alive": engine.alive,
+        "engine_has_work": has_work,
+        "python_blocks": sys.getallocatedblocks(),
+        "ranks": [
+            {"rank": rank, "state": rank_state, "in_flight": state.table.in_flight(rank)}
+            for rank, rank_state in enumerate(engine.rank_states())
+        ],
+    }
     if tracemalloc.is_tracing():  # PYTHONTRACEMALLOC=1: where Python memory goes
         top = tracemalloc.take_snapshot().statistics("lineno")[:15]
-        body["tracemalloc_top"] = [f"{s.size / 1024:.0f} KiB {s.count} {s.traceback}"
-                                   for s in top]
+        body["tracemalloc_top"] = [f"{s.size / 1024:.0f} KiB {s.count} {s.traceback}" for s in top]
     return json_response(state, body)

@@ -22,15 +22,18 @@ from frontend.openai.routes import Route
 REF = "#/components/schemas/{name}"
 TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}}
 INT_OR_NULL = {"anyOf": [{"type": "integer"}, {"type": "null"}]}
-TEXT_PART = {"type": "object", "properties": {"type": {"const": "text"},
-                                              "text": {"type": "string"}},
-             "required": ["type", "text"]}
+TEXT_PART = {
+    "type": "object",
+    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+    "required": ["type", "text"],
+}
 MESSAGE = {
     "type": "object",
     "properties": {
         "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
-        "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART},
-                              {"type": "null"}]},
+        "content": {
+            "anyOf": [{"type": "string"}, {"type": "array", "items": TEXT_PART}, {"type": "null"}]
+        },
         "name": {"type": "string"},
         "tool_call_id": {"type": "string"},
     },
@@ -39,8 +42,7 @@ MESSAGE = {
 # The ``Any`` fields of SamplingRequest, which both chat and completions requests have.
 SHARED_FIELD_SHAPES: dict[str, dict[str, Any]] = {
     "prompt_logprobs": INT_OR_NULL,
-    "stream_options": {"anyOf": [{"$ref": REF.format(name="StreamOptions")},
-                                 {"type": "null"}]},
+    "stream_options": {"anyOf": [{"$ref": REF.format(name="StreamOptions")}, {"type": "null"}]},
     "cache_salt": {"anyOf": [{"type": "string"}, {"type": "null"}]},
     "truncation_side": {"anyOf": [{"enum": ["left", "right"]}, {"type": "null"}]},
 }
@@ -48,17 +50,25 @@ SHARED_FIELD_SHAPES: dict[str, dict[str, Any]] = {
 # Fields this frontend refuses whatever their value (tools, response_format,
 # prompt_embeds, ...) stay ``{}``: any JSON value, answered with a 400.
 FIELD_SHAPES: dict[tuple[str, str], dict[str, Any]] = {
-    ("CompletionRequest", "prompt"): {"anyOf": [
-        {"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1},
-        {**TOKEN_IDS, "minItems": 1},
-        {"type": "array", "items": {**TOKEN_IDS, "minItems": 1}, "minItems": 1}]},
+    ("CompletionRequest", "prompt"): {
+        "anyOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            {**TOKEN_IDS, "minItems": 1},
+            {"type": "array", "items": {**TOKEN_IDS, "minItems": 1}, "minItems": 1},
+        ]
+    },
     ("CompletionRequest", "logprobs"): INT_OR_NULL,
-    **{(struct, field): shape for struct in ("CompletionRequest", "ChatCompletionRequest")
-       for field, shape in SHARED_FIELD_SHAPES.items()},
+    **{
+        (struct, field): shape
+        for struct in ("CompletionRequest", "ChatCompletionRequest")
+        for field, shape in SHARED_FIELD_SHAPES.items()
+    },
     ("ChatCompletionRequest", "messages"): {"type": "array", "items": MESSAGE},
     ("ChatCompletionRequest", "top_logprobs"): INT_OR_NULL,
-    ("TokenizeRequest", "messages"): {"anyOf": [{"type": "array", "items": MESSAGE},
-                                                {"type": "null"}]},
+    ("TokenizeRequest", "messages"): {
+        "anyOf": [{"type": "array", "items": MESSAGE}, {"type": "null"}]
+    },
 }
 # Fields without which the handler always answers 400 (the structs give them
 # a default to report that the way vLLM does; prompt_embeds is refused).
@@ -66,12 +76,18 @@ REQUIRED = {"ChatCompletionRequest": ["messages"], "CompletionRequest": ["prompt
 
 ERROR_RESPONSE = {
     "type": "object",
-    "properties": {"error": {
-        "type": "object",
-        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
-                       "param": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-                       "code": {"type": "integer"}},
-        "required": ["message", "type", "param", "code"]}},
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "code": {"type": "integer"},
+            },
+            "required": ["message", "type", "param", "code"],
+        }
+    },
     "required": ["error"],
 }
 ERRORS = {  # status -> when
@@ -107,8 +123,7 @@ def describe(routes: list[Route]) -> dict[str, Any]:
             continue
         properties = components[struct]["properties"]
         default = properties[field].get("default", msgspec.UNSET)
-        properties[field] = shape if default is msgspec.UNSET else {**shape,
-                                                                      "default": default}
+        properties[field] = shape if default is msgspec.UNSET else {**shape, "default": default}
     for struct, fields in REQUIRED.items():
         if struct not in components:
             continue
@@ -118,35 +133,48 @@ def describe(routes: list[Route]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for r in routes:
         paths.setdefault(r.path, {})[r.method.lower()] = _operation(r, ref_of.get(r.body))
-    return {"openapi": "3.1.0",
-            "info": {"title": "vllm-frontend", "version": _version()},
-            "paths": paths,
-            "components": {"schemas": components}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "vllm-frontend", "version": _version()},
+        "paths": paths,
+        "components": {"schemas": components},
+    }
 
 
 def _operation(route: Route, body_ref: dict | None) -> dict[str, Any]:
     json_body = {"application/json": {"schema": {"type": "object"}}}
     responses: dict[str, Any] = {"200": {"description": "OK", "content": json_body}}
     if route.count_choices is not None:
-        responses["200"]["content"] = {**json_body,
-                                       "text/event-stream": {"schema": {"type": "string"}}}
+        responses["200"]["content"] = {
+            **json_body,
+            "text/event-stream": {"schema": {"type": "string"}},
+        }
     if route.path == "/health":
-        responses = {"200": {"description": "serving"},
-                     "503": {"description": "no engine attached, or draining"}}
+        responses = {
+            "200": {"description": "serving"},
+            "503": {"description": "no engine attached, or draining"},
+        }
     elif route.path == "/metrics":
         responses["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
     error = {"application/json": {"schema": {"$ref": REF.format(name="ErrorResponse")}}}
     if body_ref is not None:
-        wanted = ERRORS if route.count_choices is not None else {
-            k: ERRORS[k] for k in ("400", "404", "413", "503")}
+        wanted = (
+            ERRORS
+            if route.count_choices is not None
+            else {k: ERRORS[k] for k in ("400", "404", "413", "503")}
+        )
         for status, why in wanted.items():
             responses[status] = {"description": why, "content": error}
-    op: dict[str, Any] = {"operationId": _operation_id(route),
-                          "summary": SUMMARIES.get(route.path, route.path),
-                          "responses": responses}
+    op: dict[str, Any] = {
+        "operationId": _operation_id(route),
+        "summary": SUMMARIES.get(route.path, route.path),
+        "responses": responses,
+    }
     if body_ref is not None:
-        op["requestBody"] = {"required": True,
-                             "content": {"application/json": {"schema": body_ref}}}
+        op["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": body_ref}},
+        }
     return op
 
 

@@ -71,8 +71,9 @@ class SamplingRequest(msgspec.Struct, kw_only=True):
         self.prompt_logprobs = lax_int(self.prompt_logprobs, "prompt_logprobs")
         if self.stream_options is not None:
             try:
-                self.stream_options = msgspec.convert(self.stream_options, StreamOptions,
-                                                      strict=False)
+                self.stream_options = msgspec.convert(
+                    self.stream_options, StreamOptions, strict=False
+                )
             except msgspec.ValidationError as e:
                 raise schema_error(str(e), "body.stream_options") from None
         check_stop(self.stop)
@@ -80,21 +81,34 @@ class SamplingRequest(msgspec.Struct, kw_only=True):
         check_one_of(self.truncation_side, TRUNCATION_SIDES, "truncation_side")
         check_at_least(self.stream_interval, 1, "stream_interval")
 
-    def sampling_fields(self, *, n: int, logprobs: int | None,
-                        prompt_logprobs: int | None) -> SamplingFields:
+    def sampling_fields(
+        self, *, n: int, logprobs: int | None, prompt_logprobs: int | None
+    ) -> SamplingFields:
         """The shared fields as sampling asks for them; the route's own
         ``to_sampling_fields()`` gives what differs (``n``, the logprobs)."""
         return SamplingFields(
-            n=n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-            min_p=self.min_p, presence_penalty=self.presence_penalty,
+            n=n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            presence_penalty=self.presence_penalty,
             frequency_penalty=self.frequency_penalty,
-            repetition_penalty=self.repetition_penalty, seed=self.seed, stop=self.stop,
-            stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
-            min_tokens=self.min_tokens, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+            repetition_penalty=self.repetition_penalty,
+            seed=self.seed,
+            stop=self.stop,
+            stop_token_ids=self.stop_token_ids,
+            ignore_eos=self.ignore_eos,
+            min_tokens=self.min_tokens,
+            logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
             logprob_token_ids=self.logprob_token_ids,
             skip_special_tokens=self.skip_special_tokens,
             spaces_between_special_tokens=self.spaces_between_special_tokens,
             include_stop_str_in_output=self.include_stop_str_in_output,
-            stream_interval=self.stream_interval, logit_bias=self.logit_bias,
-            allowed_token_ids=self.allowed_token_ids, bad_words=self.bad_words,
-            repetition_detection=self.repetition_detection)
+            stream_interval=self.stream_interval,
+            logit_bias=self.logit_bias,
+            allowed_token_ids=self.allowed_token_ids,
+            bad_words=self.bad_words,
+            repetition_detection=self.repetition_detection,
+        )

@@ -8,8 +8,8 @@ generation route, so a new generation route cannot skip either.
 from __future__ import annotations
 
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 from aiohttp import web
 
@@ -34,18 +34,35 @@ class Route:
 def openai_routes(state: AppState, generation: bool = True) -> list[Route]:
     """The generation routes (unless the engine does not generate: a pooling
     model, whose routes frontend/pooling adds) and those of every model."""
+
     def bind(handler) -> Handler:
         return functools.partial(handler, state)
 
     routes = []
     if generation:
         routes += [
-            Route("POST", "/v1/completions", bind(completions.create_completion),
-                  completions.count_choices, completions.CompletionRequest),
-            Route("POST", "/v1/chat/completions", bind(chat.create_chat_completion),
-                  chat.count_choices, chat.ChatCompletionRequest),
-            Route("POST", "/inference/v1/generate", bind(generate.create_generate),
-                  generate.count_choices, generate.GenerateRequest)]
+            Route(
+                "POST",
+                "/v1/completions",
+                bind(completions.create_completion),
+                completions.count_choices,
+                completions.CompletionRequest,
+            ),
+            Route(
+                "POST",
+                "/v1/chat/completions",
+                bind(chat.create_chat_completion),
+                chat.count_choices,
+                chat.ChatCompletionRequest,
+            ),
+            Route(
+                "POST",
+                "/inference/v1/generate",
+                bind(generate.create_generate),
+                generate.count_choices,
+                generate.GenerateRequest,
+            ),
+        ]
     routes += [
         Route("GET", "/v1/models", bind(misc.list_models)),
         Route("GET", "/health", bind(misc.health)),
@@ -55,10 +72,18 @@ def openai_routes(state: AppState, generation: bool = True) -> list[Route]:
     ]
     if state.config.runtime_lora_updating:
         routes += [
-            Route("POST", "/v1/load_lora_adapter", bind(adapters.load_lora_adapter),
-                  body=adapters.LoadLoRAAdapterRequest),
-            Route("POST", "/v1/unload_lora_adapter", bind(adapters.unload_lora_adapter),
-                  body=adapters.UnloadLoRAAdapterRequest),
+            Route(
+                "POST",
+                "/v1/load_lora_adapter",
+                bind(adapters.load_lora_adapter),
+                body=adapters.LoadLoRAAdapterRequest,
+            ),
+            Route(
+                "POST",
+                "/v1/unload_lora_adapter",
+                bind(adapters.unload_lora_adapter),
+                body=adapters.UnloadLoRAAdapterRequest,
+            ),
         ]
     if state.config.enable_debug_endpoints:
         routes.append(Route("GET", "/debug/state", bind(misc.debug_state)))

@@ -40,26 +40,38 @@ OPENAI_DEFAULTS = {
 }
 
 
-def get_max_tokens(max_model_len: int, requested: int | None, prompt_len: int,
-                   defaults: dict[str, Any], override: int | None = None) -> int:
+def get_max_tokens(
+    max_model_len: int,
+    requested: int | None,
+    prompt_len: int,
+    defaults: dict[str, Any],
+    override: int | None = None,
+) -> int:
     """vLLM's get_max_tokens: the request (or the model's default), capped by the
     context and by ``override`` (vLLM's override_max_tokens: --generation-config
     DIR's max_new_tokens, or --override-generation-config's)."""
     if prompt_len > max_model_len:
-        raise ApiError(f"Input length ({prompt_len}) exceeds model's maximum context "
-                       f"length ({max_model_len}).")
+        raise ApiError(
+            f"Input length ({prompt_len}) exceeds model's maximum context length ({max_model_len})."
+        )
     candidates = [max_model_len - prompt_len]
     fallback = requested if requested is not None else defaults.get("max_tokens")
     candidates += [v for v in (fallback, override) if v is not None]
     return min(candidates)
 
 
-def check_max_output_tokens(max_tokens: int | None, max_model_len: int,
-                            param: str = "max_tokens") -> None:
+def check_max_output_tokens(
+    max_tokens: int | None, max_model_len: int, param: str = "max_tokens"
+) -> None:
     if max_tokens is not None and max_tokens > max_model_len:
-        raise from_validation(ValidationError(
-            f"{param}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
-            "Please request fewer output tokens.", parameter=param, value=max_tokens))
+        raise from_validation(
+            ValidationError(
+                f"{param}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+                "Please request fewer output tokens.",
+                parameter=param,
+                value=max_tokens,
+            )
+        )
 
 
 def convert_logit_bias(logit_bias: dict[str, float] | None) -> dict[int, float] | None:
@@ -73,9 +85,14 @@ def convert_logit_bias(logit_bias: dict[str, float] | None) -> dict[int, float] 
         except (TypeError, ValueError):
             invalid.append(key)
     if invalid:
-        raise from_validation(ValidationError(
-            f"logit_bias contains key(s) that cannot be converted to integer token IDs: "
-            f"{invalid!r}", parameter="logit_bias", value=invalid))
+        raise from_validation(
+            ValidationError(
+                f"logit_bias contains key(s) that cannot be converted to integer token IDs: "
+                f"{invalid!r}",
+                parameter="logit_bias",
+                value=invalid,
+            )
+        )
     return converted
 
 
@@ -84,22 +101,30 @@ def bad_words_token_ids(model: ModelInfo, bad_words: list[str]) -> list[list[int
     result: list[list[int]] = []
     for word in bad_words:
         for add_prefix_space in (False, True):
-            ids = model.encode((" " if add_prefix_space else "") + word.lstrip(),
-                               add_special_tokens=False)
+            ids = model.encode(
+                (" " if add_prefix_space else "") + word.lstrip(), add_special_tokens=False
+            )
             if not ids:
                 if not add_prefix_space:
-                    raise from_validation(ValidationError(
-                        "bad_words entries must tokenize to at least one token.",
-                        parameter="bad_words", value=bad_words))
+                    raise from_validation(
+                        ValidationError(
+                            "bad_words entries must tokenize to at least one token.",
+                            parameter="bad_words",
+                            value=bad_words,
+                        )
+                    )
                 continue
-            if not add_prefix_space or (ids[0] != result[-1][0]
-                                        and len(ids) == len(result[-1])):
+            if not add_prefix_space or (ids[0] != result[-1][0] and len(ids) == len(result[-1])):
                 result.append(ids)
                 if len(result) > MAX_NUM_BAD_WORDS:
-                    raise from_validation(ValidationError(
-                        f"Too many bad words after tokenization: {len(result)}. "
-                        f"The max number is {MAX_NUM_BAD_WORDS}.",
-                        parameter="bad_words", value=bad_words))
+                    raise from_validation(
+                        ValidationError(
+                            f"Too many bad words after tokenization: {len(result)}. "
+                            f"The max number is {MAX_NUM_BAD_WORDS}.",
+                            parameter="bad_words",
+                            value=bad_words,
+                        )
+                    )
     return result
 
 
@@ -133,8 +158,9 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     repetition_detection: dict[str, int] | None = None
 
 
-def build_sampling_params(model: ModelInfo, fields: SamplingFields, *, max_tokens: int,
-                          stream: bool) -> SamplingParams:
+def build_sampling_params(
+    model: ModelInfo, fields: SamplingFields, *, max_tokens: int, stream: bool
+) -> SamplingParams:
     """One validated SamplingParams for the engine (n is still the client's n)."""
     defaults = model.default_sampling
     stop = fields.stop
@@ -144,11 +170,11 @@ def build_sampling_params(model: ModelInfo, fields: SamplingFields, *, max_token
     try:
         params = SamplingParams(
             n=fields.n,
-            repetition_penalty=_or_default(fields.repetition_penalty, "repetition_penalty",
-                                           defaults),
+            repetition_penalty=_or_default(
+                fields.repetition_penalty, "repetition_penalty", defaults
+            ),
             presence_penalty=_or_default(fields.presence_penalty, "presence_penalty", defaults),
-            frequency_penalty=_or_default(fields.frequency_penalty, "frequency_penalty",
-                                          defaults),
+            frequency_penalty=_or_default(fields.frequency_penalty, "frequency_penalty", defaults),
             temperature=_or_default(fields.temperature, "temperature", defaults),
             top_p=_or_default(fields.top_p, "top_p", defaults),
             top_k=_or_default(fields.top_k, "top_k", defaults),
@@ -170,8 +196,9 @@ def build_sampling_params(model: ModelInfo, fields: SamplingFields, *, max_token
             logit_bias=convert_logit_bias(fields.logit_bias),
             allowed_token_ids=fields.allowed_token_ids,
             bad_words=list(fields.bad_words or []),
-            repetition_detection=(msgspec.convert(repetition, RepetitionDetection)
-                                  if repetition else None),
+            repetition_detection=(
+                msgspec.convert(repetition, RepetitionDetection) if repetition else None
+            ),
             watermarking=False,
         )
     except msgspec.ValidationError as e:
@@ -197,8 +224,9 @@ def finalize(params: SamplingParams, model: ModelInfo) -> SamplingParams:
         params.top_p, params.top_k, params.min_p = 1.0, 0, 0.0
     if params.bad_words:
         params.bad_words_token_ids = bad_words_token_ids(model, params.bad_words)
-    apply_generation_config(params, eos_token_id=model.eos_token_id,
-                            generation_eos_ids=model.generation_eos_ids)
+    apply_generation_config(
+        params, eos_token_id=model.eos_token_id, generation_eos_ids=model.generation_eos_ids
+    )
     params.skip_reading_prefix_cache = params.prompt_logprobs is not None
     return params
 
@@ -213,13 +241,12 @@ def child_params(params: SamplingParams, sample: int) -> SamplingParams:
     return child
 
 
-async def resolve_structured_outputs(constraints: so.Constraints,
-                                     config: so.StructuredOutputsConfig
-                                     ) -> StructuredOutputsParams | None:
+async def resolve_structured_outputs(
+    constraints: so.Constraints, config: so.StructuredOutputsConfig
+) -> StructuredOutputsParams | None:
     """The request's validated grammar constraint, or None. Checking a new
     schema or grammar takes milliseconds (llguidance, which releases the GIL):
     done in a worker thread, off the event loop."""
     if constraints.structured_outputs is None and constraints.override is None:
         return None
-    return await asyncio.get_running_loop().run_in_executor(
-        None, so.resolve, constraints, config)
+    return await asyncio.get_running_loop().run_in_executor(None, so.resolve, constraints, config)

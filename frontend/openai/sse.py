@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 
+from frontend.choices import Delta, Group
 from frontend.errors import ApiError, internal_error, sse_error_event
-from frontend.fanout import Delta, Group
 
 log = logging.getLogger("frontend.sse")
 
@@ -103,8 +103,11 @@ class SseWriter:
         # the transport's resume_writing instead. Meanwhile new steps queue up
         # (and too many bytes waiting abort the request).
         transport = self._transport
-        if (transport is not None and not transport.is_closing()
-                and transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT):
+        if (
+            transport is not None
+            and not transport.is_closing()
+            and transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT
+        ):
             await self.request.writer.drain()
 
     async def write_event(self, payload: bytes) -> None:
@@ -118,9 +121,12 @@ class SseWriter:
         await self.response.write_eof()
 
 
-async def stream_group(request: web.Request, group: Group,
-                       render: Callable[[list[Delta]], bytes],
-                       closing: Callable[[], bytes | None]) -> web.StreamResponse:
+async def stream_group(
+    request: web.Request,
+    group: Group,
+    render: Callable[[list[Delta]], bytes],
+    closing: Callable[[], bytes | None],
+) -> web.StreamResponse:
     """Stream ``group``: ``render`` turns a step's deltas into SSE events,
     ``closing`` gives the final event (usage) if any; then errors and [DONE]."""
     writer = SseWriter(request, group)

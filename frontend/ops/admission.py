@@ -20,7 +20,8 @@ last byte of a stream is written (a stream holds engine work until then).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.web_urldispatcher import AbstractRoute
@@ -35,9 +36,14 @@ class LimitsState:
     the limit is the whole service's: each process keeps its counts in its own
     slot of shared memory and decides under a lock over the sum."""
 
-    def __init__(self, max_choices: int = 0, max_body: int = 32 * 1024 * 1024,
-                 retry_after: int = 1, shared: "SharedCounts | None" = None,
-                 slot: int = 0) -> None:
+    def __init__(
+        self,
+        max_choices: int = 0,
+        max_body: int = 32 * 1024 * 1024,
+        retry_after: int = 1,
+        shared: SharedCounts | None = None,
+        slot: int = 0,
+    ) -> None:
         self.max_choices = max_choices
         self.max_body = max_body
         self.retry_after = retry_after
@@ -82,12 +88,16 @@ class SharedCounts(Protocol):
     choices: Any
 
 
-def middleware(state: LimitsState, app: AppState,
-               counters: dict[AbstractRoute, Callable[[bytes], int]],
-               on_reject: Callable[[str], None] | None):
+def middleware(
+    state: LimitsState,
+    app: AppState,
+    counters: dict[AbstractRoute, Callable[[bytes], int]],
+    on_reject: Callable[[str], None] | None,
+):
     """``counters``: the generation routes as aiohttp registered them, with
     their choice counters (from the route table); ``on_reject`` is told the
     reason of every refusal (metrics)."""
+
     def reject(reason: str, error: ApiError, **headers: str) -> web.Response:
         if on_reject is not None:
             on_reject(reason)
@@ -102,15 +112,21 @@ def middleware(state: LimitsState, app: AppState,
     async def limits(request: web.Request, handler):
         length = request.content_length
         if length is not None and length > state.max_body:
-            return too_large(f"Maximum request body size {state.max_body} exceeded, "
-                             f"actual body size {length}")
+            return too_large(
+                f"Maximum request body size {state.max_body} exceeded, actual body size {length}"
+            )
         count_choices = counters.get(request.match_info.route)
         if count_choices is None:
             return _counted(await handler(request))
         if app.draining:
-            response = reject("draining", ApiError(
-                "The server is shutting down and accepts no new requests.", 503,
-                "ServiceUnavailableError"))
+            response = reject(
+                "draining",
+                ApiError(
+                    "The server is shutting down and accepts no new requests.",
+                    503,
+                    "ServiceUnavailableError",
+                ),
+            )
             response.force_close()
             return response
         count = 0
@@ -121,17 +137,30 @@ def middleware(state: LimitsState, app: AppState,
                 return too_large(e.text or "Request body too large")
             count = count_choices(body)
             if count > state.max_choices:
-                return reject("too_many_choices", ApiError(
-                    f"This request asks for {count} choices (prompts x n) but the server "
-                    f"admits at most {state.max_choices} at a time "
-                    f"(--max-concurrent-requests).", 400, "BadRequestError", "n"))
+                return reject(
+                    "too_many_choices",
+                    ApiError(
+                        f"This request asks for {count} choices (prompts x n) but the server "
+                        f"admits at most {state.max_choices} at a time "
+                        f"(--max-concurrent-requests).",
+                        400,
+                        "BadRequestError",
+                        "n",
+                    ),
+                )
         admitted, in_flight = state.admit(count)
         if not admitted:
-            return reject("too_many_requests", ApiError(
-                f"The server is busy: {in_flight} of {state.max_choices} concurrent "
-                f"choices are in flight and this request asks for {count}. "
-                f"Retry later.", 429, "TooManyRequestsError"),
-                **{"Retry-After": str(state.retry_after)})
+            return reject(
+                "too_many_requests",
+                ApiError(
+                    f"The server is busy: {in_flight} of {state.max_choices} concurrent "
+                    f"choices are in flight and this request asks for {count}. "
+                    f"Retry later.",
+                    429,
+                    "TooManyRequestsError",
+                ),
+                **{"Retry-After": str(state.retry_after)},
+            )
         try:
             return _counted(await handler(request))
         finally:

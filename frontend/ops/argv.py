@@ -22,7 +22,8 @@ import argparse
 import json
 import re
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from frontend.ops.vllm_flags import human_readable_int
 
@@ -62,11 +63,16 @@ def _serve_positional_model(args: list[str]) -> list[str]:
         else:
             model, rest = args[index].removeprefix("--model="), index + 1
         args = ["serve", model, *args[1:index], *args[rest:]]
-    if (len(args) > 1 and args[1].startswith("-")
-            and not any(_CONFIG_FLAG.match(a) for a in args)
-            and any(_SERVED_NAME.match(a) for a in args)):
-        raise ValueError("`model` should be provided as the first positional argument when "
-                         "using `vllm serve`. i.e. `vllm serve <model> --<arg> <value>`.")
+    if (
+        len(args) > 1
+        and args[1].startswith("-")
+        and not any(_CONFIG_FLAG.match(a) for a in args)
+        and any(_SERVED_NAME.match(a) for a in args)
+    ):
+        raise ValueError(
+            "`model` should be provided as the first positional argument when "
+            "using `vllm serve`. i.e. `vllm serve <model> --<arg> <value>`."
+        )
     return args
 
 
@@ -79,14 +85,16 @@ def _pull_config(args: list[str], known: set[str], serve: bool) -> list[str]:
     if index == len(args) - 1:
         raise ValueError("No config file specified! Please check your command-line arguments.")
     config_args = config_file_args(args[index + 1], known)
-    rest = args[:index] + args[index + 2:]
+    rest = args[:index] + args[index + 2 :]
     if not serve:  # (after a leading positional model, as after `serve MODEL`)
         head = 1 if rest and not rest[0].startswith("-") else 0
         return rest[:head] + config_args + rest[head:]
     model_in_cli = len(rest) > 1 and not rest[1].startswith("-")
     if not model_in_cli and "--model" not in config_args:
-        raise ValueError("No model specified! Please specify model either as a positional "
-                         "argument or in a config file.")
+        raise ValueError(
+            "No model specified! Please specify model either as a positional "
+            "argument or in a config file."
+        )
     head = 2 if model_in_cli else 1
     return rest[:head] + config_args + rest[head:]
 

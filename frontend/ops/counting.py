@@ -47,7 +47,7 @@ from frontend.ops.vllm_metrics import (
 from protocol import wire
 
 if TYPE_CHECKING:
-    from frontend.fanout import Choice
+    from frontend.choices import Choice
 
 # EngineCoreEventType
 QUEUED, SCHEDULED, PREEMPTED = 1, 2, 3
@@ -57,7 +57,7 @@ PROMPT_LOCAL_CACHE_HIT = PROMPT_TOKENS_BY_SOURCE["local_cache_hit"]
 PROMPT_EXTERNAL_KV = PROMPT_TOKENS_BY_SOURCE["external_kv_transfer"]
 
 
-def generated_tokens(choice: "Choice") -> int:
+def generated_tokens(choice: Choice) -> int:
     """The tokens the engine generated for a choice, as vLLM counts them: with
     those of its last step past a matched stop string."""
     return len(choice.token_ids) + choice.num_dropped
@@ -81,11 +81,23 @@ class RequestStats:
     ``*_ts`` are engine clock readings (``time.monotonic()`` in the engine):
     events and step timestamps. ``arrival`` and ``ttft`` are this process's."""
 
-    __slots__ = ("arrival", "parent", "lora", "rank", "last_ts", "first_ts", "queued_ts",
-                 "scheduled_ts", "num_preemptions", "ttft", "corrupted")
+    __slots__ = (
+        "arrival",
+        "parent",
+        "lora",
+        "rank",
+        "last_ts",
+        "first_ts",
+        "queued_ts",
+        "scheduled_ts",
+        "num_preemptions",
+        "ttft",
+        "corrupted",
+    )
 
-    def __init__(self, arrival: float, parent: Parent | None, lora: str | None = None,
-                 rank: int = 0) -> None:
+    def __init__(
+        self, arrival: float, parent: Parent | None, lora: str | None = None, rank: int = 0
+    ) -> None:
         self.arrival = arrival
         self.parent = parent
         self.lora = lora  # the adapter's name (vllm:lora_requests_info)
@@ -100,8 +112,9 @@ class RequestStats:
 
 
 # ---------------------------------------------------------------- per message
-def count_scheduler_stats(stats: RankStats, ss: wire.SchedulerStats,
-                          kv_cache_metrics: bool) -> None:
+def count_scheduler_stats(
+    stats: RankStats, ss: wire.SchedulerStats, kv_cache_metrics: bool
+) -> None:
     """The counters of a message's scheduler stats."""
     c = stats.counters
     prefix = ss.prefix_cache_stats
@@ -142,7 +155,7 @@ def _count_spec_decoding(stats: RankStats, spec: wire.SpecDecodingStats) -> None
     counts.draft_tokens += spec.num_draft_tokens
     counts.accepted_tokens += spec.num_accepted_tokens
     per_pos = counts.accepted_per_pos
-    for pos, accepted in enumerate(spec.num_accepted_tokens_per_pos[:len(per_pos)]):
+    for pos, accepted in enumerate(spec.num_accepted_tokens_per_pos[: len(per_pos)]):
         per_pos[pos] += accepted
 
 
@@ -174,7 +187,7 @@ def count_events(stats: RankStats, rec: RequestStats, events: list) -> None:
 
 
 # ---------------------------------------------------------------- per request
-def count_finished(stats: RankStats, rec: RequestStats, choice: "Choice", now: float) -> None:
+def count_finished(stats: RankStats, rec: RequestStats, choice: Choice, now: float) -> None:
     """vLLM's ``update_from_finished_request`` and what ``record`` does with it;
     ``now``: time.monotonic() when the finishing output was taken up."""
     c, h = stats.counters, stats.histograms

@@ -76,90 +76,167 @@ def _byte_size(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("security and limits")
-    g.add_argument("--api-key", nargs="+", action="extend", default=None, metavar="KEY",
-                   help="require `Authorization: Bearer KEY` on /v1, /v2, /inference, "
-                        "/tokenize and /detokenize (repeatable; default: $VLLM_API_KEY); "
-                        "prefer the environment variable, command lines are visible to "
-                        "other users")
-    g.add_argument("--allowed-origins", type=_json_list, default=[],
-                   help='CORS origins, a JSON list such as \'["https://app.example"]\' or '
-                        '\'["*"]\' (default: none, cross-origin browser access is off)')
-    g.add_argument("--allowed-methods", type=_json_list, default=["*"],
-                   help='CORS methods, a JSON list (default: ["*"])')
-    g.add_argument("--allowed-headers", type=_json_list, default=["*"],
-                   help='CORS request headers, a JSON list (default: ["*"])')
-    g.add_argument("--allow-credentials", action=argparse.BooleanOptionalAction,
-                   default=False, help="CORS: allow credentials (default: off)")
-    g.add_argument("--max-request-body-size", type=_byte_size, default=DEFAULT_MAX_BODY,
-                   metavar="BYTES",
-                   help="larger request bodies get 413 (default 32MiB; accepts k/M/G suffixes)")
-    g.add_argument("--max-concurrent-requests", type=int, default=0, metavar="N",
-                   help="at most N choices (prompts x n, so a batch of 8 prompts with n=4 "
-                        "counts 32) in flight; more get 429 with Retry-After before any "
-                        "tokenization (default 0: no limit)")
-    g.add_argument("--enable-request-id-headers", action=argparse.BooleanOptionalAction,
-                   default=False,
-                   help="answer with X-Request-Id: the request's, or a new one (also used "
-                        "as the response id)")
+    g.add_argument(
+        "--api-key",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="KEY",
+        help="require `Authorization: Bearer KEY` on /v1, /v2, /inference, "
+        "/tokenize and /detokenize (repeatable; default: $VLLM_API_KEY); "
+        "prefer the environment variable, command lines are visible to "
+        "other users",
+    )
+    g.add_argument(
+        "--allowed-origins",
+        type=_json_list,
+        default=[],
+        help="CORS origins, a JSON list such as '[\"https://app.example\"]' or "
+        "'[\"*\"]' (default: none, cross-origin browser access is off)",
+    )
+    g.add_argument(
+        "--allowed-methods",
+        type=_json_list,
+        default=["*"],
+        help='CORS methods, a JSON list (default: ["*"])',
+    )
+    g.add_argument(
+        "--allowed-headers",
+        type=_json_list,
+        default=["*"],
+        help='CORS request headers, a JSON list (default: ["*"])',
+    )
+    g.add_argument(
+        "--allow-credentials",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="CORS: allow credentials (default: off)",
+    )
+    g.add_argument(
+        "--max-request-body-size",
+        type=_byte_size,
+        default=DEFAULT_MAX_BODY,
+        metavar="BYTES",
+        help="larger request bodies get 413 (default 32MiB; accepts k/M/G suffixes)",
+    )
+    g.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        default=0,
+        metavar="N",
+        help="at most N choices (prompts x n, so a batch of 8 prompts with n=4 "
+        "counts 32) in flight; more get 429 with Retry-After before any "
+        "tokenization (default 0: no limit)",
+    )
+    g.add_argument(
+        "--enable-request-id-headers",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="answer with X-Request-Id: the request's, or a new one (also used as the response id)",
+    )
     g = p.add_argument_group("listener")
-    g.add_argument("--uds", default=None, metavar="PATH",
-                   help="listen on this Unix socket instead of --host/--port")
+    g.add_argument(
+        "--uds",
+        default=None,
+        metavar="PATH",
+        help="listen on this Unix socket instead of --host/--port",
+    )
     g.add_argument("--ssl-certfile", default=None, help="TLS certificate (PEM) for HTTPS")
     g.add_argument("--ssl-keyfile", default=None, help="TLS private key (PEM)")
-    g.add_argument("--ssl-ca-certs", default=None,
-                   help="CA certificates to verify client certificates with")
-    g.add_argument("--ssl-cert-reqs", type=int, default=int(ssl.CERT_NONE), choices=(0, 1, 2),
-                   help="client certificates: 0 none (default), 1 optional, 2 required "
-                        "(stdlib ssl.CERT_*)")
+    g.add_argument(
+        "--ssl-ca-certs", default=None, help="CA certificates to verify client certificates with"
+    )
+    g.add_argument(
+        "--ssl-cert-reqs",
+        type=int,
+        default=int(ssl.CERT_NONE),
+        choices=(0, 1, 2),
+        help="client certificates: 0 none (default), 1 optional, 2 required (stdlib ssl.CERT_*)",
+    )
     g.add_argument("--ssl-ciphers", default=None, help="TLS 1.2 cipher suites (OpenSSL syntax)")
-    g.add_argument("--timeout-keep-alive", type=float,
-                   default=float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", 5)),
-                   metavar="SECONDS",
-                   help="close idle keep-alive connections after this long (default 5, or "
-                        "$VLLM_HTTP_TIMEOUT_KEEP_ALIVE)")
+    g.add_argument(
+        "--timeout-keep-alive",
+        type=float,
+        default=float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", 5)),
+        metavar="SECONDS",
+        help="close idle keep-alive connections after this long (default 5, or "
+        "$VLLM_HTTP_TIMEOUT_KEEP_ALIVE)",
+    )
     g = p.add_argument_group("observability")
-    g.add_argument("--disable-log-stats", action="store_true",
-                   help="no vllm:* engine/request metrics (HTTP and process metrics stay)")
-    g.add_argument("--kv-cache-metrics", action=argparse.BooleanOptionalAction, default=False,
-                   help="export vLLM's KV-cache residency histograms "
-                        "(vllm:kv_block_*_seconds); the engine needs --kv-cache-metrics too")
-    g.add_argument("--custom-histogram-buckets", type=_histogram_buckets, default=None,
-                   metavar="JSON",
-                   help="vLLM's bucket families' bounds, e.g. "
-                        "'{\"request_latency\": [0.01, 0.05, 0.1, 0.5]}' (families: "
-                        + ", ".join(sorted(BUCKET_FAMILIES)) + ")")
-    g.add_argument("--otlp-traces-endpoint", default=None, metavar="URL",
-                   help="send one OpenTelemetry span per engine request to this OTLP "
-                        "endpoint (gRPC; $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf "
-                        "for HTTP); needs the 'tracing' extra")
-    g.add_argument("--log-format", choices=("text", "json"),
-                   default=os.environ.get("FRONTEND_LOG_FORMAT", "text"),
-                   help="stderr log lines as text (default) or one JSON object per line")
+    g.add_argument(
+        "--disable-log-stats",
+        action="store_true",
+        help="no vllm:* engine/request metrics (HTTP and process metrics stay)",
+    )
+    g.add_argument(
+        "--kv-cache-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="export vLLM's KV-cache residency histograms "
+        "(vllm:kv_block_*_seconds); the engine needs --kv-cache-metrics too",
+    )
+    g.add_argument(
+        "--custom-histogram-buckets",
+        type=_histogram_buckets,
+        default=None,
+        metavar="JSON",
+        help="vLLM's bucket families' bounds, e.g. "
+        "'{\"request_latency\": [0.01, 0.05, 0.1, 0.5]}' (families: "
+        + ", ".join(sorted(BUCKET_FAMILIES))
+        + ")",
+    )
+    g.add_argument(
+        "--otlp-traces-endpoint",
+        default=None,
+        metavar="URL",
+        help="send one OpenTelemetry span per engine request to this OTLP "
+        "endpoint (gRPC; $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf "
+        "for HTTP); needs the 'tracing' extra",
+    )
+    g.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=os.environ.get("FRONTEND_LOG_FORMAT", "text"),
+        help="stderr log lines as text (default) or one JSON object per line",
+    )
 
 
-def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None
-                     ) -> OpsConfig:
+def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> OpsConfig:
     env = os.environ if environ is None else environ
     keys = [k for k in (args.api_key or [env.get("VLLM_API_KEY", "")]) if k]
     return OpsConfig(
-        api_keys=keys, allowed_origins=args.allowed_origins,
-        allowed_methods=args.allowed_methods, allowed_headers=args.allowed_headers,
+        api_keys=keys,
+        allowed_origins=args.allowed_origins,
+        allowed_methods=args.allowed_methods,
+        allowed_headers=args.allowed_headers,
         allow_credentials=args.allow_credentials,
         max_concurrent_requests=max(args.max_concurrent_requests, 0),
-        enable_request_id_headers=args.enable_request_id_headers, uds=args.uds,
-        ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
-        ssl_ca_certs=args.ssl_ca_certs, ssl_cert_reqs=args.ssl_cert_reqs,
-        ssl_ciphers=args.ssl_ciphers, timeout_keep_alive=args.timeout_keep_alive,
-        disable_log_stats=args.disable_log_stats, kv_cache_metrics=args.kv_cache_metrics,
+        enable_request_id_headers=args.enable_request_id_headers,
+        uds=args.uds,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
+        ssl_ca_certs=args.ssl_ca_certs,
+        ssl_cert_reqs=args.ssl_cert_reqs,
+        ssl_ciphers=args.ssl_ciphers,
+        timeout_keep_alive=args.timeout_keep_alive,
+        disable_log_stats=args.disable_log_stats,
+        kv_cache_metrics=args.kv_cache_metrics,
         custom_histogram_buckets=args.custom_histogram_buckets,
-        otlp_traces_endpoint=args.otlp_traces_endpoint or None)
+        otlp_traces_endpoint=args.otlp_traces_endpoint or None,
+    )
 
 
 def validate(config: OpsConfig) -> ssl.SSLContext | None:
     """Fail at start-up (exit 2) on inconsistent flags; returns the TLS context."""
     if config.otlp_traces_endpoint and config.disable_log_stats:
         # vLLM accepts both and then fails every request at its first finish.
-        raise ValueError("--otlp-traces-endpoint needs the request stats that "
-                         "--disable-log-stats turns off")
-    return security.ssl_context(config.ssl_certfile, config.ssl_keyfile, config.ssl_ca_certs,
-                                config.ssl_cert_reqs, config.ssl_ciphers)
+        raise ValueError(
+            "--otlp-traces-endpoint needs the request stats that --disable-log-stats turns off"
+        )
+    return security.ssl_context(
+        config.ssl_certfile,
+        config.ssl_keyfile,
+        config.ssl_ca_certs,
+        config.ssl_cert_reqs,
+        config.ssl_ciphers,
+    )

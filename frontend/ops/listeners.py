@@ -20,8 +20,15 @@ def runner_kwargs(ops: OpsConfig) -> dict[str, Any]:
     return {"keepalive_timeout": ops.timeout_keep_alive, "shutdown_timeout": HANDLER_SHUTDOWN_S}
 
 
-async def start_sites(runner: web.AppRunner, host: str, port: int, ops: OpsConfig, *,
-                      reuse_port: bool = False, handoff: socket.socket | None = None) -> str:
+async def start_sites(
+    runner: web.AppRunner,
+    host: str,
+    port: int,
+    ops: OpsConfig,
+    *,
+    reuse_port: bool = False,
+    handoff: socket.socket | None = None,
+) -> str:
     """Start the listener; returns where it listens, for the log. One of several
     frontend processes listens with SO_REUSEPORT (TCP), or takes the connections
     its supervisor accepts on the Unix socket from ``handoff``."""
@@ -38,14 +45,16 @@ async def start_sites(runner: web.AppRunner, host: str, port: int, ops: OpsConfi
         site = web.UnixSite(runner, ops.uds, ssl_context=ctx)
         await site.start()
         return f"unix:{ops.uds}" + (" (TLS)" if ctx else "")
-    site = web.TCPSite(runner, host, port, ssl_context=ctx, reuse_address=True,
-                       reuse_port=reuse_port or None)
+    site = web.TCPSite(
+        runner, host, port, ssl_context=ctx, reuse_address=True, reuse_port=reuse_port or None
+    )
     await site.start()
     return f"{'https' if ctx else 'http'}://{host}:{port}"
 
 
-def take_handed_connections(runner: web.AppRunner, handoff: socket.socket,
-                            ctx: ssl.SSLContext | None) -> None:
+def take_handed_connections(
+    runner: web.AppRunner, handoff: socket.socket, ctx: ssl.SSLContext | None
+) -> None:
     """Serve the connections the supervisor passes over ``handoff`` (SCM_RIGHTS):
     on a Unix socket it accepts for all workers and spreads the connections,
     where workers accepting from one shared socket would not (an event loop
@@ -66,4 +75,5 @@ def take_handed_connections(runner: web.AppRunner, handoff: socket.socket,
                 conn = socket.socket(fileno=fd)
                 conn.setblocking(False)
                 loop.create_task(loop.connect_accepted_socket(runner.server, conn, ssl=ctx))
+
     loop.add_reader(handoff.fileno(), receive)

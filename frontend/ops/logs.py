@@ -21,15 +21,21 @@ import datetime
 import logging
 import os
 import sys
-from typing import IO, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import IO
 
 import msgspec
 
 _json = msgspec.json.Encoder()
 
 # logging level -> syslog priority (sd-daemon(3) prefixes).
-_PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6,
-             logging.DEBUG: 7}
+_PRIORITY = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: 4,
+    logging.INFO: 6,
+    logging.DEBUG: 7,
+}
 
 
 def under_journald(stream: IO | None = None, environ: Mapping[str, str] | None = None) -> bool:
@@ -88,8 +94,9 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         event: dict = {}
         if not self.journald:
-            event["ts"] = datetime.datetime.fromtimestamp(
-                record.created, datetime.timezone.utc).isoformat(timespec="milliseconds")
+            event["ts"] = datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            )
         event["level"] = record.levelname
         event["logger"] = record.name
         event["msg"] = self.redact(record.getMessage())
@@ -100,9 +107,14 @@ class JsonFormatter(logging.Formatter):
         return _json.encode(event).decode()
 
 
-def setup(level: str = "info", fmt: str = "text", *, stream: IO | None = None,
-          secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None
-          ) -> logging.Handler:
+def setup(
+    level: str = "info",
+    fmt: str = "text",
+    *,
+    stream: IO | None = None,
+    secrets: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> logging.Handler:
     """Replace the root logger's handlers with one stderr handler."""
     stream = sys.stderr if stream is None else stream
     journald = under_journald(stream, environ)

@@ -16,10 +16,11 @@ what this process counts.
 from __future__ import annotations
 
 import asyncio
-import time
 import collections
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -65,19 +66,20 @@ class FrontendFamily:
     name: str
     help: str
     counter: bool  # else a gauge
-    read: Callable[["Metrics"], float | Series]
+    read: Callable[[Metrics], float | Series]
     labels: tuple[str, ...] = ()
     shown: tuple[str, ...] = ()  # label values with a series from the start, in this order
     summed: bool = True
-    when: Callable[["Metrics"], bool] | None = None
+    when: Callable[[Metrics], bool] | None = None
 
-    def series(self, metrics: "Metrics") -> Series:
+    def series(self, metrics: Metrics) -> Series:
         value = self.read(metrics)
         return value if isinstance(value, dict) else {(): value}
 
     def render(self, series: Series, created: float) -> Metric:
         family = (CounterMetricFamily if self.counter else GaugeMetricFamily)(
-            self.name, self.help, labels=self.labels)
+            self.name, self.help, labels=self.labels
+        )
         shown = [(value,) for value in self.shown]
         for key in [*shown, *sorted(key for key in series if key not in shown)]:
             if self.counter:
@@ -87,13 +89,15 @@ class FrontendFamily:
         return family
 
 
-def counter(name: str, help: str, read: Callable[["Metrics"], float | Series],
-            **options: Any) -> FrontendFamily:
+def counter(
+    name: str, help: str, read: Callable[[Metrics], float | Series], **options: Any
+) -> FrontendFamily:
     return FrontendFamily(name, help, True, read, **options)
 
 
-def gauge(name: str, help: str, read: Callable[["Metrics"], float | Series],
-          **options: Any) -> FrontendFamily:
+def gauge(
+    name: str, help: str, read: Callable[[Metrics], float | Series], **options: Any
+) -> FrontendFamily:
     return FrontendFamily(name, help, False, read, **options)
 
 
@@ -103,56 +107,108 @@ def _by_one_label(counts: dict[str, int]) -> Series:
 
 # The frontend's families, in /metrics order: one row per family.
 FRONTEND_FAMILIES = (
-    counter("http_requests", "HTTP requests by handler, method and status code.",
-            lambda m: dict(m.http.requests), labels=("handler", "method", "status")),
-    counter("vllm_frontend_client_disconnects",
-            "Requests whose client went away before the response ended.",
-            lambda m: m.http.disconnects),
-    counter("vllm_frontend_engine_aborts",
-            "Engine requests this frontend aborted (client gone, stop string, failed "
-            "sibling, slow consumer, shutdown).", lambda m: m.state.engine.num_aborts_sent),
-    counter("vllm_frontend_rejected_requests", "Requests refused before any work, by reason.",
-            lambda m: _by_one_label(m.http.rejected), labels=("reason",),
-            shown=("body_too_large", "draining", "too_many_choices", "too_many_requests",
-                   "unauthorized")),
-    counter("vllm_frontend_engine_messages_rejected",
-            "Messages from the engine side dropped before they changed anything, by "
-            "reason (the engine link is unauthenticated: see the README's network "
-            "isolation).", lambda m: _by_one_label(m.state.engine.rejected),
-            labels=("reason",), shown=REASONS),
-    counter("vllm_frontend_slow_consumer_aborts",
-            "Streams aborted because the client did not read them.",
-            lambda m: m.recorder.slow_consumer_aborts if m.recorder else 0,
-            when=lambda m: m.recorder is not None),
-    gauge("vllm_frontend_open_streams", "Streaming responses being written.",
-          lambda m: m.http.open_streams),
-    gauge("vllm_frontend_requests_in_flight", "Generation requests being handled (HTTP level).",
-          lambda m: m.limits.requests),
-    gauge("vllm_frontend_choices_in_flight",
-          "Choices (prompts x n) of admitted generation requests (counted only with "
-          "--max-concurrent-requests, which bounds it).", lambda m: m.limits.choices),
-    gauge("vllm_frontend_fanout_entries", "Engine requests in the fan-out table.",
-          lambda m: len(m.state.table)),
+    counter(
+        "http_requests",
+        "HTTP requests by handler, method and status code.",
+        lambda m: dict(m.http.requests),
+        labels=("handler", "method", "status"),
+    ),
+    counter(
+        "vllm_frontend_client_disconnects",
+        "Requests whose client went away before the response ended.",
+        lambda m: m.http.disconnects,
+    ),
+    counter(
+        "vllm_frontend_engine_aborts",
+        "Engine requests this frontend aborted (client gone, stop string, failed "
+        "sibling, slow consumer, shutdown).",
+        lambda m: m.state.engine.num_aborts_sent,
+    ),
+    counter(
+        "vllm_frontend_rejected_requests",
+        "Requests refused before any work, by reason.",
+        lambda m: _by_one_label(m.http.rejected),
+        labels=("reason",),
+        shown=(
+            "body_too_large",
+            "draining",
+            "too_many_choices",
+            "too_many_requests",
+            "unauthorized",
+        ),
+    ),
+    counter(
+        "vllm_frontend_engine_messages_rejected",
+        "Messages from the engine side dropped before they changed anything, by "
+        "reason (the engine link is unauthenticated: see the README's network "
+        "isolation).",
+        lambda m: _by_one_label(m.state.engine.rejected),
+        labels=("reason",),
+        shown=REASONS,
+    ),
+    counter(
+        "vllm_frontend_slow_consumer_aborts",
+        "Streams aborted because the client did not read them.",
+        lambda m: m.recorder.slow_consumer_aborts if m.recorder else 0,
+        when=lambda m: m.recorder is not None,
+    ),
+    gauge(
+        "vllm_frontend_open_streams",
+        "Streaming responses being written.",
+        lambda m: m.http.open_streams,
+    ),
+    gauge(
+        "vllm_frontend_requests_in_flight",
+        "Generation requests being handled (HTTP level).",
+        lambda m: m.limits.requests,
+    ),
+    gauge(
+        "vllm_frontend_choices_in_flight",
+        "Choices (prompts x n) of admitted generation requests (counted only with "
+        "--max-concurrent-requests, which bounds it).",
+        lambda m: m.limits.choices,
+    ),
+    gauge(
+        "vllm_frontend_fanout_entries",
+        "Engine requests in the fan-out table.",
+        lambda m: len(m.state.table),
+    ),
     # The answering process's own view, not summed:
-    gauge("vllm_frontend_engine_alive", "1 while an engine is attached and alive.",
-          lambda m: 1 if m.state.engine.alive else 0, summed=False),
-    gauge("vllm_frontend_draining", "1 once a SIGTERM started the drain.",
-          lambda m: 1 if m.state.draining else 0, summed=False),
-    gauge("vllm_frontend_engine_ranks",
-          "Engine ranks by state: serving, stalled (sends nothing while it has work), dead "
-          "(lost or never attached).",
-          lambda m: _by_one_label(collections.Counter(m.state.engine.rank_states())),
-          labels=("state",), shown=("serving", "stalled", "dead"), summed=False),
+    gauge(
+        "vllm_frontend_engine_alive",
+        "1 while an engine is attached and alive.",
+        lambda m: 1 if m.state.engine.alive else 0,
+        summed=False,
+    ),
+    gauge(
+        "vllm_frontend_draining",
+        "1 once a SIGTERM started the drain.",
+        lambda m: 1 if m.state.draining else 0,
+        summed=False,
+    ),
+    gauge(
+        "vllm_frontend_engine_ranks",
+        "Engine ranks by state: serving, stalled (sends nothing while it has work), dead "
+        "(lost or never attached).",
+        lambda m: _by_one_label(collections.Counter(m.state.engine.rank_states())),
+        labels=("state",),
+        shown=("serving", "stalled", "dead"),
+        summed=False,
+    ),
 )
 
 
 class Metrics:
     """Everything /metrics shows, in one registry of its own."""
 
-    def __init__(self, state: "AppState", limits: "LimitsState",
-                 recorder: StatsRecorder | None,
-                 service: ServiceMetrics | None = None,
-                 cache_flags: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        limits: LimitsState,
+        recorder: StatsRecorder | None,
+        service: ServiceMetrics | None = None,
+        cache_flags: dict[str, Any] | None = None,
+    ) -> None:
         self.state = state
         self.limits = limits
         # The CacheConfig fields that engine flags given to this frontend set
@@ -185,7 +241,8 @@ class Metrics:
         return Snapshot(
             ranks={i: recorder.rank(i) for i in self.rank_indexes()} if recorder else {},
             lora_info=dict(recorder.lora_info or {}) if recorder else {},
-            frontend={row.name: row.series(self) for row in FRONTEND_FAMILIES if row.summed})
+            frontend={row.name: row.series(self) for row in FRONTEND_FAMILIES if row.summed},
+        )
 
     def collect(self) -> Iterator[Metric]:
         state = self.state
@@ -198,13 +255,17 @@ class Metrics:
             exposition = Exposition(ranks, state.model.name, self.created)
             yield from exposition.families(
                 cache_config=cache_config_labels(state.ready, len(ranks), self.cache_flags),
-                count_nans=recorder.count_nans, kv_cache_metrics=recorder.kv_cache_metrics,
-                lora_info=((recorder.max_loras, snap.lora_info)
-                           if recorder.lora_info is not None else None))
+                count_nans=recorder.count_nans,
+                kv_cache_metrics=recorder.kv_cache_metrics,
+                lora_info=(
+                    (recorder.max_loras, snap.lora_info) if recorder.lora_info is not None else None
+                ),
+            )
         for row in FRONTEND_FAMILIES:
             if row.when is None or row.when(self):
-                yield row.render(snap.frontend[row.name] if row.summed else row.series(self),
-                                 self.created)
+                yield row.render(
+                    snap.frontend[row.name] if row.summed else row.series(self), self.created
+                )
 
     # -------------------------------------------------------- HTTP side
     def middleware(self):
@@ -230,20 +291,28 @@ class Metrics:
             finally:
                 resource = request.match_info.route.resource
                 method = request.method
-                key = (resource.canonical if resource is not None else UNMATCHED,
-                       method if method in METHODS else "other", status)
+                key = (
+                    resource.canonical if resource is not None else UNMATCHED,
+                    method if method in METHODS else "other",
+                    status,
+                )
                 http.requests[key] = http.requests.get(key, 0) + 1
                 if request.get("ops.stream"):
                     http.open_streams -= 1
+
         return count_requests
 
     def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
-        if (response.content_type == "text/event-stream" and not isinstance(response, web.Response)
-                and not request.get("ops.stream")):
+        if (
+            response.content_type == "text/event-stream"
+            and not isinstance(response, web.Response)
+            and not request.get("ops.stream")
+        ):
             request["ops.stream"] = True
             self.http.open_streams += 1
 
     async def handle(self, request: web.Request) -> web.Response:
         # Always the text format, as vLLM's /metrics (the instrumentator's handler).
-        return web.Response(body=generate_latest(self.registry),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )

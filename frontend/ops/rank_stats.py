@@ -48,8 +48,9 @@ class Histogram(msgspec.Struct, array_like=True, gc=False):
         return sum(self.counts)
 
     def merge(self, other: Histogram) -> Histogram:
-        return Histogram(self.bounds, [a + b for a, b in zip(self.counts, other.counts)],
-                         self.sum + other.sum)
+        return Histogram(
+            self.bounds, [a + b for a, b in zip(self.counts, other.counts)], self.sum + other.sum
+        )
 
 
 class SpecDecodeCounts(msgspec.Struct, array_like=True, gc=False):
@@ -65,9 +66,11 @@ class SpecDecodeCounts(msgspec.Struct, array_like=True, gc=False):
         if other is None:
             return self
         return SpecDecodeCounts(
-            self.drafts + other.drafts, self.draft_tokens + other.draft_tokens,
+            self.drafts + other.drafts,
+            self.draft_tokens + other.draft_tokens,
             self.accepted_tokens + other.accepted_tokens,
-            [a + b for a, b in zip(self.accepted_per_pos, other.accepted_per_pos)])
+            [a + b for a, b in zip(self.accepted_per_pos, other.accepted_per_pos)],
+        )
 
 
 class RankStats(msgspec.Struct, gc=False):
@@ -96,10 +99,15 @@ class RankStats(msgspec.Struct, gc=False):
 
     def merge(self, other: RankStats) -> RankStats:
         """Two processes' stats of the same rank as one (neither is changed)."""
-        latest = other if other.has_stats and (
-            not self.has_stats or other.last_stats_ts > self.last_stats_ts) else self
+        latest = (
+            other
+            if other.has_stats and (not self.has_stats or other.last_stats_ts > self.last_stats_ts)
+            else self
+        )
         return RankStats(
             [a + b for a, b in zip(self.counters, other.counters)],
             [a.merge(b) for a, b in zip(self.histograms, other.histograms)],
             other.spec if self.spec is None else self.spec.merge(other.spec),
-            latest.last_stats, latest.last_stats_ts)
+            latest.last_stats,
+            latest.last_stats_ts,
+        )

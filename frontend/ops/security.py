@@ -24,7 +24,7 @@ import hashlib
 import secrets
 import ssl
 import uuid
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -34,8 +34,10 @@ UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 
 ALL_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY")
 SAFELISTED_HEADERS = {"Accept", "Accept-Language", "Content-Language", "Content-Type"}
-PREFLIGHT_VARY = ("Origin, Access-Control-Request-Method, Access-Control-Request-Headers, "
-                  "Access-Control-Request-Private-Network")
+PREFLIGHT_VARY = (
+    "Origin, Access-Control-Request-Method, Access-Control-Request-Headers, "
+    "Access-Control-Request-Private-Network"
+)
 
 
 # --------------------------------------------------------------------- API keys
@@ -65,13 +67,16 @@ class ApiKeys:
 def api_key_middleware(keys: ApiKeys, on_reject=None):
     @web.middleware
     async def authenticate(request: web.Request, handler):
-        if (request.method != "OPTIONS" and request.path.startswith(GUARDED_PREFIXES)
-                and not keys.verify(request.headers.get("Authorization"))):
+        if (
+            request.method != "OPTIONS"
+            and request.path.startswith(GUARDED_PREFIXES)
+            and not keys.verify(request.headers.get("Authorization"))
+        ):
             if on_reject is not None:
                 on_reject("unauthorized")
-            return web.Response(status=401, body=UNAUTHORIZED_BODY,
-                                content_type="application/json")
+            return web.Response(status=401, body=UNAUTHORIZED_BODY, content_type="application/json")
         return await handler(request)
+
     return authenticate
 
 
@@ -79,9 +84,14 @@ def api_key_middleware(keys: ApiKeys, on_reject=None):
 class Cors:
     """Starlette's CORSMiddleware (as vLLM configures it), for aiohttp."""
 
-    def __init__(self, allow_origins: Sequence[str] = (), allow_methods: Sequence[str] = ("*",),
-                 allow_headers: Sequence[str] = ("*",), allow_credentials: bool = False,
-                 max_age: int = 600) -> None:
+    def __init__(
+        self,
+        allow_origins: Sequence[str] = (),
+        allow_methods: Sequence[str] = ("*",),
+        allow_headers: Sequence[str] = ("*",),
+        allow_credentials: bool = False,
+        max_age: int = 600,
+    ) -> None:
         if "*" in allow_methods:
             allow_methods = ALL_METHODS
         self.allow_origins = list(allow_origins)
@@ -132,17 +142,22 @@ class Cors:
         if request.headers.get("Access-Control-Request-Private-Network") is not None:
             failures.append("private-network")
         if failures:
-            return web.Response(status=400, text="Disallowed CORS " + ", ".join(failures),
-                                headers=headers)
+            return web.Response(
+                status=400, text="Disallowed CORS " + ", ".join(failures), headers=headers
+            )
         return web.Response(status=200, text="OK", headers=headers)
 
     def middleware(self):
         @web.middleware
         async def cors(request: web.Request, handler):
-            if (request.method == "OPTIONS" and "Origin" in request.headers
-                    and "Access-Control-Request-Method" in request.headers):
+            if (
+                request.method == "OPTIONS"
+                and "Origin" in request.headers
+                and "Access-Control-Request-Method" in request.headers
+            ):
                 return self.preflight(request)
             return await handler(request)
+
         return cors
 
     def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -154,7 +169,8 @@ class Cors:
             return
         headers.update(self.simple_headers)
         if (self.allow_all_origins and self.allow_credentials) or (
-                not self.allow_all_origins and self.allowed(origin)):
+            not self.allow_all_origins and self.allowed(origin)
+        ):
             headers["Access-Control-Allow-Origin"] = origin
         _add_vary(headers, "Origin")
 
@@ -177,6 +193,7 @@ def request_id_middleware():
             headers["X-Request-Id"] = request["ops.request_id"]
             request = request.clone(headers=headers)
         return await handler(request)
+
     return request_id
 
 
@@ -187,9 +204,13 @@ def request_id_on_prepare(request: web.Request, response: web.StreamResponse) ->
 
 
 # --------------------------------------------------------------------- TLS
-def ssl_context(certfile: str | None, keyfile: str | None, ca_certs: str | None = None,
-                cert_reqs: int = ssl.CERT_NONE, ciphers: str | None = None
-                ) -> ssl.SSLContext | None:
+def ssl_context(
+    certfile: str | None,
+    keyfile: str | None,
+    ca_certs: str | None = None,
+    cert_reqs: int = ssl.CERT_NONE,
+    ciphers: str | None = None,
+) -> ssl.SSLContext | None:
     """The server context for --ssl-certfile/--ssl-keyfile (None without a cert).
 
     ``cert_reqs`` is ``ssl.CERT_NONE`` (0), ``CERT_OPTIONAL`` (1) or
@@ -203,8 +224,9 @@ def ssl_context(certfile: str | None, keyfile: str | None, ca_certs: str | None 
     if cert_reqs not in (ssl.CERT_NONE, ssl.CERT_OPTIONAL, ssl.CERT_REQUIRED):
         raise ValueError(f"--ssl-cert-reqs must be 0, 1 or 2, got {cert_reqs}")
     if cert_reqs != ssl.CERT_NONE and not ca_certs:
-        raise ValueError("--ssl-cert-reqs 1 or 2 needs --ssl-ca-certs (the CA that signs "
-                         "client certificates)")
+        raise ValueError(
+            "--ssl-cert-reqs 1 or 2 needs --ssl-ca-certs (the CA that signs client certificates)"
+        )
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         ctx.load_cert_chain(certfile, keyfile)

@@ -46,8 +46,10 @@ class Snapshot(msgspec.Struct):
         lora_info = {**self.lora_info, **other.lora_info}
         for key in self.lora_info.keys() & other.lora_info.keys():
             lora_info[key] = max(self.lora_info[key], other.lora_info[key])
-        frontend = {name: _add(self.frontend.get(name, {}), other.frontend.get(name, {}))
-                    for name in {*self.frontend, *other.frontend}}
+        frontend = {
+            name: _add(self.frontend.get(name, {}), other.frontend.get(name, {}))
+            for name in {*self.frontend, *other.frontend}
+        }
         return Snapshot(ranks, lora_info, frontend)
 
 

@@ -14,7 +14,8 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -36,7 +37,7 @@ from protocol import wire
 from protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
-    from frontend.fanout import Choice, Group
+    from frontend.choices import Choice, Group
 
 log = logging.getLogger("frontend.metrics")
 
@@ -48,8 +49,10 @@ def compute_nans_in_logits() -> bool:
     """vLLM's VLLM_COMPUTE_NANS_IN_LOGITS (or VLLM_RAISE_ON_LOGIT_NANS): with it,
     the engine counts NaNs in logits and the API server exports
     vllm:corrupted_requests."""
-    return any(os.environ.get(name, "0").strip() not in ("", "0")
-               for name in ("VLLM_COMPUTE_NANS_IN_LOGITS", "VLLM_RAISE_ON_LOGIT_NANS"))
+    return any(
+        os.environ.get(name, "0").strip() not in ("", "0")
+        for name in ("VLLM_COMPUTE_NANS_IN_LOGITS", "VLLM_RAISE_ON_LOGIT_NANS")
+    )
 
 
 class StatsRecorder:
@@ -60,10 +63,15 @@ class StatsRecorder:
     the finishing output's timestamp is known by then.
     """
 
-    def __init__(self, max_model_len: Callable[[], int], *, kv_cache_metrics: bool = False,
-                 count_nans: bool = False,
-                 bucket_overrides: dict[str, list[float]] | None = None,
-                 data_parallel_size: int = 1) -> None:
+    def __init__(
+        self,
+        max_model_len: Callable[[], int],
+        *,
+        kv_cache_metrics: bool = False,
+        count_nans: bool = False,
+        bucket_overrides: dict[str, list[float]] | None = None,
+        data_parallel_size: int = 1,
+    ) -> None:
         self._max_model_len = max_model_len
         # With one rank the link has checked every output's engine_index.
         self._several_ranks = data_parallel_size > 1
@@ -102,14 +110,15 @@ class StatsRecorder:
         return VLLM_FAMILIES.new_rank_stats(self._bounds)
 
     # -------------------------------------------------------- table hooks
-    def on_submit(self, group: "Group") -> None:
+    def on_submit(self, group: Group) -> None:
         choices = group.choices
         if not choices:
             return
         n = len(choices) // (choices[-1].prompt_index + 1)
         arrival = group.arrival
-        lora = (group.lora.lora_name if group.lora is not None and self.lora_info is not None
-                else None)
+        lora = (
+            group.lora.lora_name if group.lora is not None and self.lora_info is not None else None
+        )
         requests = self._requests
         parents: dict[int, Parent] = {}
         for c in choices:
@@ -177,7 +186,7 @@ class StatsRecorder:
                     if rec is not None and rec.rank == index:
                         rec.corrupted = True
 
-    def on_choice_finished(self, choice: "Choice") -> None:
+    def on_choice_finished(self, choice: Choice) -> None:
         rec = self._requests.pop(choice.engine_id, None)
         if rec is not None and rec.lora is not None:
             self._lora_update(choice.engine_id, rec.lora, running=False, done=True)
@@ -191,10 +200,10 @@ class StatsRecorder:
             except Exception:  # tracing must never stop the engine reader
                 log.exception("tracing %s failed", choice.engine_id)
 
-    def on_slow_consumer(self, group: "Group") -> None:
+    def on_slow_consumer(self, group: Group) -> None:
         self.slow_consumer_aborts += 1
 
-    def on_release(self, group: "Group") -> None:
+    def on_release(self, group: Group) -> None:
         requests = self._requests
         for c in group.choices:
             rec = requests.pop(c.engine_id, None)

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 log = logging.getLogger("frontend.systemd")
 
@@ -42,12 +42,11 @@ class Notifier:
             self._target = None
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Notifier":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Notifier:
         env = os.environ if environ is None else environ
         address = env.get("NOTIFY_SOCKET") or None
         if address and not address.startswith(("/", "@")):
-            log.warning("NOTIFY_SOCKET=%r is not a Unix socket; not notifying systemd",
-                        address)
+            log.warning("NOTIFY_SOCKET=%r is not a Unix socket; not notifying systemd", address)
             address = None
         return cls(address, watchdog_usec(env))
 
@@ -94,8 +93,7 @@ class Notifier:
         if not self.enabled or self.watchdog_usec <= 0 or self._watchdog is not None:
             return
         interval = self.watchdog_usec / 2e6
-        self._watchdog = asyncio.get_running_loop().create_task(
-            self._pings(interval, healthy))
+        self._watchdog = asyncio.get_running_loop().create_task(self._pings(interval, healthy))
 
     def stop_watchdog(self) -> None:
         """Stop pinging (systemd stops watching once it sees STOPPING=1)."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from frontend.ops.counting import generated_tokens
 
 if TYPE_CHECKING:
-    from frontend.fanout import Choice
+    from frontend.choices import Choice
     from frontend.ops.counting import RequestStats
 
 log = logging.getLogger("frontend.tracing")
@@ -36,13 +36,16 @@ TRACER_NAME = "vllm.tracing.otel"
 INSTRUMENTING_MODULE = "vllm.llm_engine"
 PROTOCOL_ENV = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 
+
 def _span_exporter(endpoint: str):
     protocol = os.environ.get(PROTOCOL_ENV, "grpc")
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
         return OTLPSpanExporter(endpoint=endpoint, insecure=True)
     if protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
         return OTLPSpanExporter(endpoint=endpoint)
     raise ValueError(f"Unsupported OTLP protocol '{protocol}' is configured")
 
@@ -64,18 +67,24 @@ class RequestTracer:
             raise ValueError(
                 "OpenTelemetry is not available. Unable to configure "
                 "'otlp_traces_endpoint'. Ensure OpenTelemetry packages are installed "
-                f"(pip install 'vllm-frontend[tracing]'). Original error:\n{e}") from None
+                f"(pip install 'vllm-frontend[tracing]'). Original error:\n{e}"
+            ) from None
         exporter = _span_exporter(endpoint)
-        self.provider = TracerProvider(resource=Resource.create({
-            "vllm.instrumenting_module_name": INSTRUMENTING_MODULE,
-            "vllm.process_id": str(os.getpid())}))
+        self.provider = TracerProvider(
+            resource=Resource.create(
+                {
+                    "vllm.instrumenting_module_name": INSTRUMENTING_MODULE,
+                    "vllm.process_id": str(os.getpid()),
+                }
+            )
+        )
         self.provider.add_span_processor(BatchSpanProcessor(exporter))
         atexit.register(self.provider.shutdown)  # exports what is still queued
         self.tracer = self.provider.get_tracer(TRACER_NAME)
         self.kind = SpanKind.SERVER
         self.propagator = TraceContextTextMapPropagator()
 
-    def finished(self, choice: "Choice", rec: "RequestStats", now: float) -> None:
+    def finished(self, choice: Choice, rec: RequestStats, now: float) -> None:
         """``now``: time.monotonic() when the finishing output was taken up."""
         group = choice.group
         params = choice.params
@@ -88,24 +97,25 @@ class RequestTracer:
         attributes["gen_ai.usage.prompt_tokens"] = len(choice.prompt_token_ids)
         attributes["gen_ai.usage.completion_tokens"] = generated_tokens(choice)
         if rec.scheduled_ts:
-            attributes["gen_ai.latency.time_in_model_prefill"] = \
-                rec.first_ts - rec.scheduled_ts
+            attributes["gen_ai.latency.time_in_model_prefill"] = rec.first_ts - rec.scheduled_ts
         attributes["gen_ai.latency.time_in_model_decode"] = rec.last_ts - rec.first_ts
         if rec.scheduled_ts:
-            attributes["gen_ai.latency.time_in_model_inference"] = \
-                rec.last_ts - rec.scheduled_ts
+            attributes["gen_ai.latency.time_in_model_inference"] = rec.last_ts - rec.scheduled_ts
         attributes["gen_ai.request.id"] = group.request_id
         # Only the truthy ones, as vLLM (so no temperature 0).
-        for key, value in (("gen_ai.request.top_p", params.top_p),
-                           ("gen_ai.request.max_tokens", params.max_tokens),
-                           ("gen_ai.request.temperature", params.temperature),
-                           ("gen_ai.request.n", params.n)):
+        for key, value in (
+            ("gen_ai.request.top_p", params.top_p),
+            ("gen_ai.request.max_tokens", params.max_tokens),
+            ("gen_ai.request.temperature", params.temperature),
+            ("gen_ai.request.n", params.n),
+        ):
             if value:
                 attributes[key] = value
         headers = group.trace_headers
         context = self.propagator.extract(headers) if headers else None
         start_ns = time.time_ns() - int((time.monotonic() - rec.arrival) * 1e9)
-        span = self.tracer.start_span(SPAN_NAME, context=context, kind=self.kind,
-                                      start_time=start_ns)
+        span = self.tracer.start_span(
+            SPAN_NAME, context=context, kind=self.kind, start_time=start_ns
+        )
         span.set_attributes(attributes)
         span.end()

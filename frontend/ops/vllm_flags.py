@@ -17,8 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from frontend.ops.vllm_serve_flags import FLAGS
 
@@ -29,19 +30,25 @@ _PREFIX = "vllm:"
 # vLLM's CacheConfig fields that engine flags set (EngineArgs.create_engine_config);
 # the one renamed: --kv-cache-dtype is CacheConfig.cache_dtype.
 _CACHE_CONFIG_FIELDS = {
-    "block_size": "block_size", "gpu_memory_utilization": "gpu_memory_utilization",
-    "kv_cache_memory_bytes": "kv_cache_memory_bytes", "kv_cache_dtype": "cache_dtype",
+    "block_size": "block_size",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "kv_cache_dtype": "cache_dtype",
     "num_gpu_blocks_override": "num_gpu_blocks_override",
     "enable_prefix_caching": "enable_prefix_caching",
     "prefix_caching_hash_algo": "prefix_caching_hash_algo",
     "prefix_cache_retention_interval": "prefix_cache_retention_interval",
     "kv_cache_dtype_skip_layers": "kv_cache_dtype_skip_layers",
     "kv_sharing_fast_prefill": "kv_sharing_fast_prefill",
-    "swa_bounded_replay": "swa_bounded_replay", "mamba_cache_dtype": "mamba_cache_dtype",
-    "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype", "mamba_block_size": "mamba_block_size",
-    "prefix_match_unit": "prefix_match_unit", "mamba_cache_mode": "mamba_cache_mode",
+    "swa_bounded_replay": "swa_bounded_replay",
+    "mamba_cache_dtype": "mamba_cache_dtype",
+    "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype",
+    "mamba_block_size": "mamba_block_size",
+    "prefix_match_unit": "prefix_match_unit",
+    "mamba_cache_mode": "mamba_cache_mode",
     "enable_mamba_shared_prefix_checkpoint": "enable_mamba_shared_prefix_checkpoint",
-    "replayssm_buffer_len": "replayssm_buffer_len", "use_replayssm": "use_replayssm",
+    "replayssm_buffer_len": "replayssm_buffer_len",
+    "use_replayssm": "use_replayssm",
     "kv_offloading_size": "kv_offloading_size",
     "kv_offloading_backend": "kv_offloading_backend",
 }
@@ -60,8 +67,11 @@ class RecordedFlags:
     def cache_config(self) -> dict[str, Any]:
         """The vLLM CacheConfig fields these engine flags set, by field name
         (``vllm:cache_config_info`` labels are ``str()`` of these values)."""
-        return {name: self.engine[dest] for dest, name in _CACHE_CONFIG_FIELDS.items()
-                if dest in self.engine}
+        return {
+            name: self.engine[dest]
+            for dest, name in _CACHE_CONFIG_FIELDS.items()
+            if dest in self.engine
+        }
 
     @staticmethod
     def describe(values: dict[str, Any]) -> str:
@@ -86,16 +96,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "other vllm serve flags",
         "Every other flag of `vllm serve` is accepted with vLLM's value checks and "
         "recorded: engine flags are the engine's (start it with them) and are listed "
-        "once at start-up; see the README (Drop-in for `vllm serve`).")
+        "once at start-up; see the README (Drop-in for `vllm serve`).",
+    )
     for options, dest, _scope, action, nargs, value_type, choices in FLAGS:
         defined = [o for o in options if o in known]
         if defined:
             if len(defined) != len(options):
-                raise AssertionError(f"the frontend defines {defined} but not all of "
-                                     f"vLLM's {list(options)}")
+                raise AssertionError(
+                    f"the frontend defines {defined} but not all of vLLM's {list(options)}"
+                )
             continue
-        kwargs: dict[str, Any] = {"dest": _PREFIX + dest, "default": argparse.SUPPRESS,
-                                  "help": argparse.SUPPRESS}
+        kwargs: dict[str, Any] = {
+            "dest": _PREFIX + dest,
+            "default": argparse.SUPPRESS,
+            "help": argparse.SUPPRESS,
+        }
         if action == "store_true":
             kwargs["action"] = "store_true"
         elif action == "bool":
@@ -109,8 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 if nargs == "?":
                     kwargs["const"] = True  # vLLM: a bare optional-valued flag is True
             if choices:
-                kwargs["choices"] = list(choices) + ([None] if value_type.endswith("?")
-                                                     else [])
+                kwargs["choices"] = list(choices) + ([None] if value_type.endswith("?") else [])
         group.add_argument(*options, **kwargs)
 
 
@@ -121,7 +135,7 @@ def recorded(args: argparse.Namespace) -> RecordedFlags:
     server: dict[str, Any] = {}
     for name, value in vars(args).items():
         if name.startswith(_PREFIX):
-            dest = name[len(_PREFIX):]
+            dest = name[len(_PREFIX) :]
             (server if scope[dest] == "server" else engine)[dest] = value
     return RecordedFlags(engine=engine, server=server)
 
@@ -138,7 +152,8 @@ def human_readable_int(value: str) -> int:
         if "." in number:
             raise argparse.ArgumentTypeError(
                 f"Decimals are not allowed with binary suffixes like {suffix}. Did you mean "
-                f"to use {number}{suffix.lower()} instead?")
+                f"to use {number}{suffix.lower()} instead?"
+            )
         return int(number) * 2 ** (10 * ("KMGT".index(suffix) + 1))
     return int(value)
 
@@ -166,9 +181,15 @@ def _int_or_str_list(value: str) -> list[int | str]:
 
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "str": str, "int": int, "float": float, "json": _json, "dict_or_str": _dict_or_str,
-    "human_int": human_readable_int, "human_int_or_auto": _human_int_or_auto,
-    "snake": lambda s: s.lower().replace("-", "_"), "int_or_str_list": _int_or_str_list,
+    "str": str,
+    "int": int,
+    "float": float,
+    "json": _json,
+    "dict_or_str": _dict_or_str,
+    "human_int": human_readable_int,
+    "human_int_or_auto": _human_int_or_auto,
+    "snake": lambda s: s.lower().replace("-", "_"),
+    "int_or_str_list": _int_or_str_list,
 }
 
 
@@ -180,6 +201,7 @@ def converter(value_type: str) -> Callable[[str], Any]:
 
     def optional(text: str) -> Any:
         return None if text in ("", "None") else base(text)
+
     return _named(optional, value_type)
 
 
@@ -193,4 +215,5 @@ def _named(fn: Callable[[str], Any], name: str) -> Callable[[str], Any]:
             return fn(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(f"invalid {name} value: {text!r} ({e})") from None
+
     return convert

@@ -18,9 +18,10 @@ counters and histograms add up, gauges come from the latest scheduler stats
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -46,8 +47,9 @@ SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 
-def cache_config_labels(ready: "ReadyResponse", num_engines: int,
-                        flags: Mapping[str, Any]) -> dict[str, str]:
+def cache_config_labels(
+    ready: ReadyResponse, num_engines: int, flags: Mapping[str, Any]
+) -> dict[str, str]:
     """The labels of ``vllm:cache_config_info``: what this frontend knows.
 
     vLLM's API server labels it with its whole ``CacheConfig``: its own
@@ -64,27 +66,29 @@ def cache_config_labels(ready: "ReadyResponse", num_engines: int,
     only the engine knows.
     """
     labels = ready_response_labels(ready, num_engines)
-    return labels | {name: str(value) for name, value in flags.items()
-                     if name not in labels and value != "auto"}
+    return labels | {
+        name: str(value) for name, value in flags.items() if name not in labels and value != "auto"
+    }
 
 
-def ready_response_labels(ready: "ReadyResponse", num_engines: int) -> dict[str, str]:
+def ready_response_labels(ready: ReadyResponse, num_engines: int) -> dict[str, str]:
     """As vLLM's API server sets them from the ready responses, in its
     CacheConfig's order; ``num_gpu_blocks`` is the sum over the engines (all
     alike under data parallel)."""
-    return {"block_size": str(ready.block_size),
-            "mamba_block_size": str(ready.mamba_block_size),
-            "num_gpu_blocks": str(ready.num_gpu_blocks * num_engines),
-            "effective_attention_block_size": str(ready.effective_attention_block_size),
-            "kv_cache_size_tokens": str(ready.kv_cache_size_tokens),
-            "kv_cache_max_concurrency": str(ready.kv_cache_max_concurrency)}
+    return {
+        "block_size": str(ready.block_size),
+        "mamba_block_size": str(ready.mamba_block_size),
+        "num_gpu_blocks": str(ready.num_gpu_blocks * num_engines),
+        "effective_attention_block_size": str(ready.effective_attention_block_size),
+        "kv_cache_size_tokens": str(ready.kv_cache_size_tokens),
+        "kv_cache_max_concurrency": str(ready.kv_cache_max_concurrency),
+    }
 
 
 class Exposition:
     """The families of one scrape, from every engine's stats."""
 
-    def __init__(self, ranks: list[tuple[str, RankStats]], model_name: str,
-                 created: float) -> None:
+    def __init__(self, ranks: list[tuple[str, RankStats]], model_name: str, created: float) -> None:
         self.ranks = ranks  # (engine label, stats), in rank order
         self.model_name = model_name
         self.created = created
@@ -92,9 +96,14 @@ class Exposition:
         self.count_nans = self.kv_cache_metrics = False
         self.lora_info: tuple[int, dict[str, float]] | None = None
 
-    def families(self, *, cache_config: dict[str, str] | None, count_nans: bool,
-                 kv_cache_metrics: bool,
-                 lora_info: tuple[int, dict[str, float]] | None = None) -> Iterator[Metric]:
+    def families(
+        self,
+        *,
+        cache_config: dict[str, str] | None,
+        count_nans: bool,
+        kv_cache_metrics: bool,
+        lora_info: tuple[int, dict[str, float]] | None = None,
+    ) -> Iterator[Metric]:
         """``lora_info``: with LoRA on, the engine's max_loras and every adapter
         list seen with the time it was last seen (``StatsRecorder.lora_info``)."""
         self.cache_config, self.count_nans = cache_config, count_nans
@@ -130,12 +139,14 @@ class Counter:
     when: Condition | None = None
 
     def render(self, x: Exposition) -> Iterator[Metric]:
-        c = CounterMetricFamily(self.name, self.help,
-                                labels=[*LABELS, self.label] if self.label else LABELS)
+        c = CounterMetricFamily(
+            self.name, self.help, labels=[*LABELS, self.label] if self.label else LABELS
+        )
         for i, extra in enumerate(_extra_labels(self.label, self.values)):
             for label, stats in x.ranks:
-                c.add_metric([x.model_name, label, *extra], stats.counters[self.slot + i],
-                             created=x.created)
+                c.add_metric(
+                    [x.model_name, label, *extra], stats.counters[self.slot + i], created=x.created
+                )
         yield c
 
 
@@ -152,8 +163,9 @@ class Gauge:
     when: Condition | None = None
 
     def render(self, x: Exposition) -> Iterator[Metric]:
-        g = GaugeMetricFamily(self.name, self.help,
-                              labels=[*LABELS, self.label] if self.label else LABELS)
+        g = GaugeMetricFamily(
+            self.name, self.help, labels=[*LABELS, self.label] if self.label else LABELS
+        )
         for read, extra in zip(self.reads, _extra_labels(self.label, self.values)):
             for (label, _), ss in zip(x.ranks, x.gauges):
                 g.add_metric([x.model_name, label, *extra], read(ss))
@@ -181,9 +193,11 @@ class HistogramRow:
                 buckets.append((floatToGoString(bound), cumulative))
             buckets.append(("+Inf", cumulative + h.counts[-1]))
             fam.add_metric([x.model_name, label], buckets, h.sum)
-            fam.samples.append(Sample(self.name + "_created",
-                                      {"model_name": x.model_name, "engine": label},
-                                      x.created))
+            fam.samples.append(
+                Sample(
+                    self.name + "_created", {"model_name": x.model_name, "engine": label}, x.created
+                )
+            )
         yield fam
 
 
@@ -209,8 +223,9 @@ class FamilyTable:
         self.counter_slots += 1
         return self.counter_slots - 1
 
-    def labelled_counter(self, name: str, help: str, label: str,
-                         values: tuple[str, ...]) -> dict[str, int]:
+    def labelled_counter(
+        self, name: str, help: str, label: str, values: tuple[str, ...]
+    ) -> dict[str, int]:
         """Returns each label value's slot in ``RankStats.counters``."""
         first = self.counter_slots
         self.rows.append(Counter(name, help, first, label, values))
@@ -220,12 +235,16 @@ class FamilyTable:
     def gauge(self, name: str, help: str, read: Callable[[wire.SchedulerStats], float]) -> None:
         self.rows.append(Gauge(name, help, (read,)))
 
-    def labelled_gauge(self, name: str, help: str, label: str,
-                       reads: dict[str, Callable[[wire.SchedulerStats], float]]) -> None:
+    def labelled_gauge(
+        self,
+        name: str,
+        help: str,
+        label: str,
+        reads: dict[str, Callable[[wire.SchedulerStats], float]],
+    ) -> None:
         self.rows.append(Gauge(name, help, tuple(reads.values()), label, tuple(reads)))
 
-    def histogram(self, name: str, help: str, buckets: str,
-                  when: Condition | None = None) -> int:
+    def histogram(self, name: str, help: str, buckets: str, when: Condition | None = None) -> int:
         """Returns the histogram's slot in ``RankStats.histograms``; ``buckets``:
         one of vLLM's bucket families (``--custom-histogram-buckets`` keys)."""
         if buckets not in BUCKET_FAMILIES:
@@ -234,14 +253,17 @@ class FamilyTable:
         self.histogram_buckets.append(buckets)
         return len(self.histogram_buckets) - 1
 
-    def custom(self, render: Callable[[Exposition], Iterator[Metric]],
-               when: Condition | None = None) -> None:
+    def custom(
+        self, render: Callable[[Exposition], Iterator[Metric]], when: Condition | None = None
+    ) -> None:
         self.rows.append(Custom(render, when))
 
     def new_rank_stats(self, bounds: dict[str, tuple[float, ...]]) -> RankStats:
         """A rank's stats at zero; ``bounds``: every bucket family's bounds."""
-        return RankStats([0] * self.counter_slots,
-                         [Histogram.empty(bounds[family]) for family in self.histogram_buckets])
+        return RankStats(
+            [0] * self.counter_slots,
+            [Histogram.empty(bounds[family]) for family in self.histogram_buckets],
+        )
 
 
 # ------------------------------------------------------ families of their own shape
@@ -252,16 +274,19 @@ def spec_decode(x: Exposition) -> Iterator[Metric]:
     if not spec_ranks:
         return
     for name, doc, field in (
-            ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", "drafts"),
-            ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", "draft_tokens"),
-            ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
-             "accepted_tokens")):
+        ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", "drafts"),
+        ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", "draft_tokens"),
+        ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", "accepted_tokens"),
+    ):
         c = CounterMetricFamily(name, doc, labels=LABELS)
         for label, spec in spec_ranks:
             c.add_metric([x.model_name, label], getattr(spec, field), created=x.created)
         yield c
-    c = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
-                            "Accepted tokens per draft position.", labels=[*LABELS, "position"])
+    c = CounterMetricFamily(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        labels=[*LABELS, "position"],
+    )
     for label, spec in spec_ranks:
         for pos, accepted in enumerate(spec.accepted_per_pos):
             c.add_metric([x.model_name, label, str(pos)], accepted, created=x.created)
@@ -271,9 +296,11 @@ def spec_decode(x: Exposition) -> Iterator[Metric]:
 def admission_rejections(x: Exposition) -> Iterator[Metric]:
     """vLLM's --max-num-queued-reqs/-tokens (HTTP 503) are not flags of this
     frontend: the family is there, at 0, as on a vLLM server without them."""
-    c = CounterMetricFamily("vllm:admission_rejections", "Number of admission attempts "
-                            "rejected by a queue limit, by reason.",
-                            labels=["model_name", "reason"])
+    c = CounterMetricFamily(
+        "vllm:admission_rejections",
+        "Number of admission attempts rejected by a queue limit, by reason.",
+        labels=["model_name", "reason"],
+    )
     for reason in ADMISSION_REASONS:
         c.add_metric([x.model_name, reason], 0, created=x.created)
     yield c
@@ -284,8 +311,11 @@ def lora_requests_info(x: Exposition) -> Iterator[Metric]:
     running; each list ever seen stays a series, valued when last seen."""
     assert x.lora_info is not None
     max_lora, seen = x.lora_info
-    g = GaugeMetricFamily("vllm:lora_requests_info", "Running stats on lora requests.",
-                          labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters"])
+    g = GaugeMetricFamily(
+        "vllm:lora_requests_info",
+        "Running stats on lora requests.",
+        labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+    )
     for adapters, when in seen.items():
         g.add_metric([str(max_lora), adapters, adapters], when)
     yield g
@@ -294,8 +324,11 @@ def lora_requests_info(x: Exposition) -> Iterator[Metric]:
 def cache_config_info(x: Exposition) -> Iterator[Metric]:
     cache_config = x.cache_config
     assert cache_config is not None
-    g = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine "
-                          "CacheConfig", labels=[*cache_config, "engine"])
+    g = GaugeMetricFamily(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        labels=[*cache_config, "engine"],
+    )
     for label, _ in x.ranks:
         g.add_metric([*cache_config.values(), label], 1)
     yield g
@@ -303,118 +336,208 @@ def cache_config_info(x: Exposition) -> Iterator[Metric]:
 
 # ---------------------------------------------------------------- the table
 VLLM_FAMILIES = t = FamilyTable()
-FLOPS = t.counter("vllm:estimated_flops_per_gpu_total", "Estimated number of floating point "
-                  "operations per GPU (for Model Flops Utilization calculations).")
-READ_BYTES = t.counter("vllm:estimated_read_bytes_per_gpu_total", "Estimated number of bytes "
-                       "read from memory per GPU (for Model Flops Utilization calculations).")
-WRITE_BYTES = t.counter("vllm:estimated_write_bytes_per_gpu_total", "Estimated number of "
-                        "bytes written to memory per GPU (for Model Flops Utilization "
-                        "calculations).")
+FLOPS = t.counter(
+    "vllm:estimated_flops_per_gpu_total",
+    "Estimated number of floating point "
+    "operations per GPU (for Model Flops Utilization calculations).",
+)
+READ_BYTES = t.counter(
+    "vllm:estimated_read_bytes_per_gpu_total",
+    "Estimated number of bytes "
+    "read from memory per GPU (for Model Flops Utilization calculations).",
+)
+WRITE_BYTES = t.counter(
+    "vllm:estimated_write_bytes_per_gpu_total",
+    "Estimated number of "
+    "bytes written to memory per GPU (for Model Flops Utilization "
+    "calculations).",
+)
 t.custom(spec_decode)
-t.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-        lambda ss: ss.num_running_reqs)
-t.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-        lambda ss: ss.num_waiting_reqs + ss.num_skipped_waiting_reqs)
+t.gauge(
+    "vllm:num_requests_running",
+    "Number of requests in model execution batches.",
+    lambda ss: ss.num_running_reqs,
+)
+t.gauge(
+    "vllm:num_requests_waiting",
+    "Number of requests waiting to be processed.",
+    lambda ss: ss.num_waiting_reqs + ss.num_skipped_waiting_reqs,
+)
 t.labelled_gauge(
     "vllm:num_requests_waiting_by_reason",
     "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
     "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA "
     "budget, KV transfer, blocked status). Sum of all reasons equals "
-    "vllm:num_requests_waiting.", "reason",
-    {"capacity": lambda ss: ss.num_waiting_reqs,
-     "deferred": lambda ss: ss.num_skipped_waiting_reqs})
+    "vllm:num_requests_waiting.",
+    "reason",
+    {
+        "capacity": lambda ss: ss.num_waiting_reqs,
+        "deferred": lambda ss: ss.num_skipped_waiting_reqs,
+    },
+)
 t.labelled_gauge(
     "vllm:engine_sleep_state",
     "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
     "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
-    "sleep level 2.", "sleep_state",
+    "sleep level 2.",
+    "sleep_state",
     # This frontend never puts an engine to sleep.
-    {state: (lambda ss: 1) if state == "awake" else (lambda ss: 0) for state in SLEEP_STATES})
-t.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-        lambda ss: ss.kv_cache_usage)
-CORRUPTED_REQUESTS = t.counter("vllm:corrupted_requests", "Corrupted requests, in terms of "
-                               "total number of requests with NaNs in logits.",
-                               when=lambda x: x.count_nans)
-PREFIX_CACHE_QUERIES = t.counter("vllm:prefix_cache_queries", "Prefix cache queries, in "
-                                 "terms of number of queried tokens.")
-PREFIX_CACHE_HITS = t.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of "
-                              "number of cached tokens.")
+    {state: (lambda ss: 1) if state == "awake" else (lambda ss: 0) for state in SLEEP_STATES},
+)
+t.gauge(
+    "vllm:kv_cache_usage_perc",
+    "KV-cache usage. 1 means 100 percent usage.",
+    lambda ss: ss.kv_cache_usage,
+)
+CORRUPTED_REQUESTS = t.counter(
+    "vllm:corrupted_requests",
+    "Corrupted requests, in terms of total number of requests with NaNs in logits.",
+    when=lambda x: x.count_nans,
+)
+PREFIX_CACHE_QUERIES = t.counter(
+    "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+)
+PREFIX_CACHE_HITS = t.counter(
+    "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+)
 EXTERNAL_PREFIX_CACHE_QUERIES = t.counter(
-    "vllm:external_prefix_cache_queries", "External prefix cache queries from KV connector "
-    "cross-instance cache sharing, in terms of number of queried tokens.")
+    "vllm:external_prefix_cache_queries",
+    "External prefix cache queries from KV connector "
+    "cross-instance cache sharing, in terms of number of queried tokens.",
+)
 EXTERNAL_PREFIX_CACHE_HITS = t.counter(
-    "vllm:external_prefix_cache_hits", "External prefix cache hits from KV connector "
-    "cross-instance cache sharing, in terms of number of cached tokens.")
+    "vllm:external_prefix_cache_hits",
+    "External prefix cache hits from KV connector "
+    "cross-instance cache sharing, in terms of number of cached tokens.",
+)
 # No multi-modal inputs here: vLLM's text-only servers show these at 0 too.
-t.counter("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of "
-          "queried items.")
+t.counter(
+    "vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items."
+)
 t.counter("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.")
-PREEMPTIONS = t.counter("vllm:num_preemptions", "Cumulative number of preemption from the "
-                        "engine.")
+PREEMPTIONS = t.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
 PROMPT_TOKENS = t.counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
 PROMPT_TOKENS_BY_SOURCE = t.labelled_counter(
-    "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", "source",
-    ("local_compute", "local_cache_hit", "external_kv_transfer"))
-PROMPT_TOKENS_CACHED = t.counter("vllm:prompt_tokens_cached", "Number of cached prompt "
-                                 "tokens (local + external).")
+    "vllm:prompt_tokens_by_source",
+    "Number of prompt tokens by source.",
+    "source",
+    ("local_compute", "local_cache_hit", "external_kv_transfer"),
+)
+PROMPT_TOKENS_CACHED = t.counter(
+    "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
+)
 PROMPT_TOKENS_CACHED_BY_SOURCE = t.labelled_counter(
     "vllm:prompt_tokens_cached_by_source",
     "Prefix-cache hit tokens by the cache tier that supplied them: device (local "
     "HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM "
     "instance) or external_unspecified. Counted at admission; sums to "
-    "vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.", "source",
-    CACHE_HIT_SOURCES)
-GENERATION_TOKENS = t.counter("vllm:generation_tokens", "Number of generation tokens "
-                              "processed.")
-REQUEST_SUCCESS = t.labelled_counter("vllm:request_success", "Count of successfully "
-                                     "processed requests.", "finished_reason", FINISH_NAMES)
+    "vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
+    "source",
+    CACHE_HIT_SOURCES,
+)
+GENERATION_TOKENS = t.counter("vllm:generation_tokens", "Number of generation tokens processed.")
+REQUEST_SUCCESS = t.labelled_counter(
+    "vllm:request_success",
+    "Count of successfully processed requests.",
+    "finished_reason",
+    FINISH_NAMES,
+)
 t.custom(admission_rejections)
-PROMPT_LEN = t.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
-                         "request_tokens")
-GENERATION_LEN = t.histogram("vllm:request_generation_tokens", "Number of generation tokens "
-                             "processed.", "request_tokens")
-ITERATION_TOKENS = t.histogram("vllm:iteration_tokens_total", "Histogram of number of "
-                               "tokens per engine_step.", "iteration_tokens")
-MAX_GENERATION_LEN = t.histogram("vllm:request_max_num_generation_tokens", "Histogram of "
-                                 "maximum number of requested generation tokens.",
-                                 "request_tokens")
-PARAMS_N = t.histogram("vllm:request_params_n", "Histogram of the n request parameter.",
-                       "request_params_n")
-PARAMS_MAX_TOKENS = t.histogram("vllm:request_params_max_tokens", "Histogram of the "
-                                "max_tokens request parameter.", "request_tokens")
-TTFT = t.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in "
-                   "seconds.", "time_to_first_token")
-ITL = t.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in "
-                  "seconds.", "inter_token_latency")
-TIME_PER_OUTPUT_TOKEN = t.histogram("vllm:request_time_per_output_token_seconds", "Histogram "
-                                    "of time_per_output_token_seconds per request.",
-                                    "inter_token_latency")
-E2E = t.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in "
-                  "seconds.", "request_latency")
-QUEUE_TIME = t.histogram("vllm:request_queue_time_seconds", "Histogram of time spent in "
-                         "WAITING phase for request.", "request_latency")
-INFERENCE_TIME = t.histogram("vllm:request_inference_time_seconds", "Histogram of time spent "
-                             "in RUNNING phase for request.", "request_latency")
-PREFILL_TIME = t.histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in "
-                           "PREFILL phase for request.", "request_latency")
-DECODE_TIME = t.histogram("vllm:request_decode_time_seconds", "Histogram of time spent in "
-                          "DECODE phase for request.", "request_latency")
-NUM_PREEMPTIONS = t.histogram("vllm:request_num_preemptions", "Histogram of the number of "
-                              "times a request was preempted.", "request_num_preemptions")
-PREFILL_KV_COMPUTED = t.histogram("vllm:request_prefill_kv_computed_tokens", "Histogram of new "
-                                  "KV tokens computed during prefill (excluding cached "
-                                  "tokens).", "request_tokens")
+PROMPT_LEN = t.histogram(
+    "vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_tokens"
+)
+GENERATION_LEN = t.histogram(
+    "vllm:request_generation_tokens", "Number of generation tokens processed.", "request_tokens"
+)
+ITERATION_TOKENS = t.histogram(
+    "vllm:iteration_tokens_total",
+    "Histogram of number of tokens per engine_step.",
+    "iteration_tokens",
+)
+MAX_GENERATION_LEN = t.histogram(
+    "vllm:request_max_num_generation_tokens",
+    "Histogram of maximum number of requested generation tokens.",
+    "request_tokens",
+)
+PARAMS_N = t.histogram(
+    "vllm:request_params_n", "Histogram of the n request parameter.", "request_params_n"
+)
+PARAMS_MAX_TOKENS = t.histogram(
+    "vllm:request_params_max_tokens",
+    "Histogram of the max_tokens request parameter.",
+    "request_tokens",
+)
+TTFT = t.histogram(
+    "vllm:time_to_first_token_seconds",
+    "Histogram of time to first token in seconds.",
+    "time_to_first_token",
+)
+ITL = t.histogram(
+    "vllm:inter_token_latency_seconds",
+    "Histogram of inter-token latency in seconds.",
+    "inter_token_latency",
+)
+TIME_PER_OUTPUT_TOKEN = t.histogram(
+    "vllm:request_time_per_output_token_seconds",
+    "Histogram of time_per_output_token_seconds per request.",
+    "inter_token_latency",
+)
+E2E = t.histogram(
+    "vllm:e2e_request_latency_seconds",
+    "Histogram of e2e request latency in seconds.",
+    "request_latency",
+)
+QUEUE_TIME = t.histogram(
+    "vllm:request_queue_time_seconds",
+    "Histogram of time spent in WAITING phase for request.",
+    "request_latency",
+)
+INFERENCE_TIME = t.histogram(
+    "vllm:request_inference_time_seconds",
+    "Histogram of time spent in RUNNING phase for request.",
+    "request_latency",
+)
+PREFILL_TIME = t.histogram(
+    "vllm:request_prefill_time_seconds",
+    "Histogram of time spent in PREFILL phase for request.",
+    "request_latency",
+)
+DECODE_TIME = t.histogram(
+    "vllm:request_decode_time_seconds",
+    "Histogram of time spent in DECODE phase for request.",
+    "request_latency",
+)
+NUM_PREEMPTIONS = t.histogram(
+    "vllm:request_num_preemptions",
+    "Histogram of the number of times a request was preempted.",
+    "request_num_preemptions",
+)
+PREFILL_KV_COMPUTED = t.histogram(
+    "vllm:request_prefill_kv_computed_tokens",
+    "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+    "request_tokens",
+)
 _SAMPLED = " Sampled metrics (controlled by --kv-cache-metrics-sample)."
-KV_BLOCK_LIFETIME = t.histogram("vllm:kv_block_lifetime_seconds", "Histogram of KV cache "
-                                "block lifetime from allocation to eviction." + _SAMPLED,
-                                "kv_cache_residency", when=lambda x: x.kv_cache_metrics)
-KV_BLOCK_IDLE = t.histogram("vllm:kv_block_idle_before_evict_seconds", "Histogram of idle "
-                            "time before KV cache block eviction." + _SAMPLED,
-                            "kv_cache_residency", when=lambda x: x.kv_cache_metrics)
-KV_BLOCK_REUSE_GAP = t.histogram("vllm:kv_block_reuse_gap_seconds", "Histogram of time gaps "
-                                 "between consecutive KV cache block accesses. Only the most "
-                                 "recent accesses are recorded (ring buffer)." + _SAMPLED,
-                                 "kv_cache_residency", when=lambda x: x.kv_cache_metrics)
+KV_BLOCK_LIFETIME = t.histogram(
+    "vllm:kv_block_lifetime_seconds",
+    "Histogram of KV cache block lifetime from allocation to eviction." + _SAMPLED,
+    "kv_cache_residency",
+    when=lambda x: x.kv_cache_metrics,
+)
+KV_BLOCK_IDLE = t.histogram(
+    "vllm:kv_block_idle_before_evict_seconds",
+    "Histogram of idle time before KV cache block eviction." + _SAMPLED,
+    "kv_cache_residency",
+    when=lambda x: x.kv_cache_metrics,
+)
+KV_BLOCK_REUSE_GAP = t.histogram(
+    "vllm:kv_block_reuse_gap_seconds",
+    "Histogram of time gaps "
+    "between consecutive KV cache block accesses. Only the most "
+    "recent accesses are recorded (ring buffer)." + _SAMPLED,
+    "kv_cache_residency",
+    when=lambda x: x.kv_cache_metrics,
+)
 t.custom(lora_requests_info, when=lambda x: x.lora_info is not None)
 t.custom(cache_config_info, when=lambda x: x.cache_config is not None)
 del t

@@ -57,9 +57,21 @@ from frontend.parsers.types import (
 )
 
 __all__ = [
-    "REASONING_PARSERS", "TOOL_PARSERS", "UNSET", "ChatParsers", "DeltaToolCall",
-    "MessageParts", "OutputParser", "ParsedDelta", "ParsedOutput", "ParserTokenizer",
-    "ToolCall", "first_call_only", "make_tool_call_id", "message_parts", "named_tool",
+    "REASONING_PARSERS",
+    "TOOL_PARSERS",
+    "UNSET",
+    "ChatParsers",
+    "DeltaToolCall",
+    "MessageParts",
+    "OutputParser",
+    "ParsedDelta",
+    "ParsedOutput",
+    "ParserTokenizer",
+    "ToolCall",
+    "first_call_only",
+    "make_tool_call_id",
+    "message_parts",
+    "named_tool",
     "stream_finish_reason",
 ]
 
@@ -73,28 +85,49 @@ class ChatParsers:
     parsers' marker tokens raise ValueError, as vLLM refuses to start.
     """
 
-    def __init__(self, tokenizer: ParserTokenizer, *, tool_parser: str | None = None,
-                 reasoning_parser: str | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: ParserTokenizer,
+        *,
+        tool_parser: str | None = None,
+        reasoning_parser: str | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.tool_parser = tool_parser_class(tool_parser) if tool_parser else None
-        self.reasoning_parser = (reasoning_parser_class(reasoning_parser)
-                                 if reasoning_parser else None)
+        self.reasoning_parser = (
+            reasoning_parser_class(reasoning_parser) if reasoning_parser else None
+        )
         for parser in (self.tool_parser, self.reasoning_parser):
             if parser is not None:
                 parser.check_tokenizer(tokenizer)
 
-    def new(self, *, tools: list[dict] | None = None, tool_choice: Any = None,
-            include_reasoning: bool = True, chat_template_kwargs: dict | None = None,
-            prompt_token_ids: Sequence[int] = ()) -> OutputParser:
-        return OutputParser(self.tokenizer, tool_parser=self.tool_parser,
-                            reasoning_parser=self.reasoning_parser, tools=tools,
-                            tool_choice=tool_choice, include_reasoning=include_reasoning,
-                            chat_template_kwargs=chat_template_kwargs,
-                            prompt_token_ids=prompt_token_ids)
+    def new(
+        self,
+        *,
+        tools: list[dict] | None = None,
+        tool_choice: Any = None,
+        include_reasoning: bool = True,
+        chat_template_kwargs: dict | None = None,
+        prompt_token_ids: Sequence[int] = (),
+    ) -> OutputParser:
+        return OutputParser(
+            self.tokenizer,
+            tool_parser=self.tool_parser,
+            reasoning_parser=self.reasoning_parser,
+            tools=tools,
+            tool_choice=tool_choice,
+            include_reasoning=include_reasoning,
+            chat_template_kwargs=chat_template_kwargs,
+            prompt_token_ids=prompt_token_ids,
+        )
 
-    def reasoning_ended(self, prompt_token_ids: Sequence[int], *,
-                        include_reasoning: bool = True,
-                        chat_template_kwargs: dict | None = None) -> bool | None:
+    def reasoning_ended(
+        self,
+        prompt_token_ids: Sequence[int],
+        *,
+        include_reasoning: bool = True,
+        chat_template_kwargs: dict | None = None,
+    ) -> bool | None:
         """The engine request's ``reasoning_ended`` (vLLM's
         ``resolve_reasoning_ended``): None without a reasoning parser."""
         if not include_reasoning:
@@ -102,4 +135,5 @@ class ChatParsers:
         if self.reasoning_parser is None:
             return None
         return self.new(chat_template_kwargs=chat_template_kwargs).is_reasoning_end(
-            prompt_token_ids)
+            prompt_token_ids
+        )

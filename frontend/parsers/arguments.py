@@ -67,12 +67,29 @@ def _json_type(value: Any) -> str:
 
 
 _TYPE_ALIASES = {
-    "str": "string", "text": "string", "varchar": "string", "char": "string",
-    "enum": "string", "int": "integer", "int32": "integer", "int64": "integer",
-    "uint": "integer", "uint32": "integer", "uint64": "integer", "long": "integer",
-    "short": "integer", "unsigned": "integer", "float": "number", "float32": "number",
-    "float64": "number", "double": "number", "bool": "boolean", "dict": "object",
-    "arr": "array", "list": "array", "sequence": "array",
+    "str": "string",
+    "text": "string",
+    "varchar": "string",
+    "char": "string",
+    "enum": "string",
+    "int": "integer",
+    "int32": "integer",
+    "int64": "integer",
+    "uint": "integer",
+    "uint32": "integer",
+    "uint64": "integer",
+    "long": "integer",
+    "short": "integer",
+    "unsigned": "integer",
+    "float": "number",
+    "float32": "number",
+    "float64": "number",
+    "double": "number",
+    "bool": "boolean",
+    "dict": "object",
+    "arr": "array",
+    "list": "array",
+    "sequence": "array",
 }
 _TYPE_PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string")
 
@@ -197,7 +214,7 @@ def stable_prefix(json_str: str, string_keys: set[str] | None) -> str:
             elif c == '"':
                 in_string = False
                 if depth == 1 and string_start >= 0:
-                    pending_key = json_str[string_start + 1:i]
+                    pending_key = json_str[string_start + 1 : i]
         elif c == '"':
             in_string = True
             string_start = i

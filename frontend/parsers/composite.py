@@ -38,17 +38,28 @@ class ParsedOutput:
 class OutputParser:
     """Parses one choice of one request (create one per choice)."""
 
-    def __init__(self, tokenizer: ParserTokenizer, *,
-                 tool_parser: type[ToolParser] | None = None,
-                 reasoning_parser: type[ReasoningParser] | None = None,
-                 tools: list[dict] | None = None, tool_choice: object = None,
-                 include_reasoning: bool = True, chat_template_kwargs: dict | None = None,
-                 prompt_token_ids: Sequence[int] = ()) -> None:
-        self.reasoning = (reasoning_parser(tokenizer, chat_template_kwargs)
-                          if reasoning_parser is not None else None)
-        self.tool = (tool_parser(tokenizer, tools, tool_choice,
-                                 chat_template_kwargs=chat_template_kwargs)
-                     if tool_parser is not None else None)
+    def __init__(
+        self,
+        tokenizer: ParserTokenizer,
+        *,
+        tool_parser: type[ToolParser] | None = None,
+        reasoning_parser: type[ReasoningParser] | None = None,
+        tools: list[dict] | None = None,
+        tool_choice: object = None,
+        include_reasoning: bool = True,
+        chat_template_kwargs: dict | None = None,
+        prompt_token_ids: Sequence[int] = (),
+    ) -> None:
+        self.reasoning = (
+            reasoning_parser(tokenizer, chat_template_kwargs)
+            if reasoning_parser is not None
+            else None
+        )
+        self.tool = (
+            tool_parser(tokenizer, tools, tool_choice, chat_template_kwargs=chat_template_kwargs)
+            if tool_parser is not None
+            else None
+        )
         self.tool_choice = tool_choice
         self.include_reasoning = include_reasoning
         self._named = named_tool(tool_choice)
@@ -57,8 +68,8 @@ class OutputParser:
         # parser is a grammar parser (its DelegatingParser's _engine_based);
         # with a text-so-far parser in the pair the text passes as it is.
         self._content_from_tool_parser = (
-            (self.reasoning is None or self.reasoning.grammar_based)
-            and (self.tool is None or self.tool.grammar_based))
+            self.reasoning is None or self.reasoning.grammar_based
+        ) and (self.tool is None or self.tool.grammar_based)
         if self.reasoning is None and self.tool is not None:
             # Reasoning markup is plain content when no reasoning parser runs.
             self.tool.skip_reasoning_parsing = True
@@ -81,8 +92,7 @@ class OutputParser:
             reasoning = None
         return ParsedOutput(reasoning, content, tool_calls)
 
-    def _extract_tool_calls(self, content: str | None
-                            ) -> tuple[list[ToolCall] | None, str | None]:
+    def _extract_tool_calls(self, content: str | None) -> tuple[list[ToolCall] | None, str | None]:
         tool = self.tool
         if tool is None:
             return [], content
@@ -105,8 +115,7 @@ class OutputParser:
                 if content and not content.strip():
                     content = None
                 return info.tool_calls, content
-            if (required or self._named is not None) and (content is None
-                                                           or not content.strip()):
+            if (required or self._named is not None) and (content is None or not content.strip()):
                 return [], None
             if self._content_from_tool_parser:
                 return None, info.content or None
@@ -127,8 +136,9 @@ class OutputParser:
 
     # -- streaming -------------------------------------------------------------------
 
-    def feed(self, delta_text: str, delta_ids: Sequence[int], *,
-             finished: bool = False) -> ParsedDelta | None:
+    def feed(
+        self, delta_text: str, delta_ids: Sequence[int], *, finished: bool = False
+    ) -> ParsedDelta | None:
         delta_ids = list(delta_ids)
         reasoning = self.reasoning
         if not self._prompt_checked:
@@ -145,8 +155,7 @@ class OutputParser:
                 # The text after the end marker: this step's content, and
                 # what the parser held back.
                 flushed = reasoning.finish()
-                delta_text = ((delta.text if delta else "")
-                              + (flushed.text if flushed else ""))
+                delta_text = (delta.text if delta else "") + (flushed.text if flushed else "")
                 delta_ids = reasoning.extract_content_ids(delta_ids)
                 if self.tool is None and delta_text:
                     delta = delta or ParsedDelta()
@@ -187,14 +196,14 @@ class OutputParser:
                 return delta
             return ParsedDelta(content=delta_text) if delta_text else None
         if tool.supports_required_and_named and self._named is not None:
-            delta, self._name_returned = named_stream_delta(delta_text, self._named,
-                                                            self._name_returned)
+            delta, self._name_returned = named_stream_delta(
+                delta_text, self._named, self._name_returned
+            )
             return delta
         if tool.supports_required_and_named and self.tool_choice == "required":
             previous_text = self._required_text
             self._required_text += delta_text
-            delta, self._name_returned = required_stream_delta(previous_text,
-                                                               self._required_text)
+            delta, self._name_returned = required_stream_delta(previous_text, self._required_text)
             return delta
         return tool.feed(delta_text, delta_ids)
 

@@ -44,22 +44,23 @@ def parse_required(content: str | None) -> list[ToolCall]:
             return []
         if params is not None and not isinstance(params, dict):
             return []
-        if not (_optional_bool(item.get("strict"))
-                and _optional_bool(item.get("defer_loading"))):
+        if not (_optional_bool(item.get("strict")) and _optional_bool(item.get("defer_loading"))):
             return []
         calls.append(ToolCall(item["name"], json.dumps(params, ensure_ascii=False)))
     return calls
 
 
-def named_stream_delta(delta_text: str, function_name: str,
-                       name_returned: bool) -> tuple[ParsedDelta, bool]:
+def named_stream_delta(
+    delta_text: str, function_name: str, name_returned: bool
+) -> tuple[ParsedDelta, bool]:
     """A named call streams the output as its arguments; the first piece
     carries the id and the name."""
     if name_returned:
         piece = DeltaToolCall(0, arguments=delta_text)
     else:
-        piece = DeltaToolCall(0, id=make_tool_call_id(), type="function",
-                              name=function_name, arguments=delta_text)
+        piece = DeltaToolCall(
+            0, id=make_tool_call_id(), type="function", name=function_name, arguments=delta_text
+        )
     return ParsedDelta(tool_calls=[piece]), True
 
 
@@ -73,9 +74,13 @@ class _Span:
     args_end: int | None = None
 
     def ready_at(self, length: int) -> bool:
-        return (self.name is not None and self.name_end is not None
-                and self.name_end <= length and self.args_start is not None
-                and self.args_start < length)
+        return (
+            self.name is not None
+            and self.name_end is not None
+            and self.name_end <= length
+            and self.args_start is not None
+            and self.args_start < length
+        )
 
     @property
     def ready(self) -> bool:
@@ -128,7 +133,7 @@ def _scan_required(text: str) -> list[_Span]:
                 in_string = False
                 if depth == 2 and cur is not None:
                     if expect == _KEY:
-                        key = text[string_start + 1:i]
+                        key = text[string_start + 1 : i]
                         expect = _COLON
                     elif expect == _IN_STRING:
                         end_value(i + 1)
@@ -180,8 +185,7 @@ def _scan_required(text: str) -> list[_Span]:
     return spans
 
 
-def required_stream_delta(previous_text: str, current_text: str
-                          ) -> tuple[ParsedDelta | None, bool]:
+def required_stream_delta(previous_text: str, current_text: str) -> tuple[ParsedDelta | None, bool]:
     """This step's pieces of the "required" array's calls, and whether any
     call has been announced so far.
 
@@ -200,11 +204,18 @@ def required_stream_delta(previous_text: str, current_text: str
         assert span.args_start is not None
         end = span.args_end if span.args_end is not None else len(current_text)
         if span.ready_at(sent):
-            new = current_text[min(end, sent):end]
+            new = current_text[min(end, sent) : end]
             if new:
                 pieces.append(DeltaToolCall(index, name=None, arguments=new))
             continue
-        pieces.append(DeltaToolCall(index, id=make_tool_call_id(), type="function",
-                                    name=span.name, arguments=current_text[span.args_start:end]))
+        pieces.append(
+            DeltaToolCall(
+                index,
+                id=make_tool_call_id(),
+                type="function",
+                name=span.name,
+                arguments=current_text[span.args_start : end],
+            )
+        )
     announced = any(span.ready for span in spans)
     return (ParsedDelta(tool_calls=pieces) if pieces else None), announced

@@ -86,7 +86,7 @@ def _complete(text: str, allow_str: bool) -> tuple[str, str]:
     if not allow_str and in_string:
         # Drop the unfinished string, and its key if it is a value.
         if top_pos > string_end and top_char == "{":
-            return text[:top_pos + 1], _closers(stack)
+            return text[: top_pos + 1], _closers(stack)
         comma = text.rfind(",", max(top_pos, string_end) + 1, string_start)
         if comma != -1:
             return text[:comma], _closers(stack)
@@ -97,10 +97,10 @@ def _complete(text: str, allow_str: bool) -> tuple[str, str]:
             head, tail = _fix(text[string_start:], allow_str)
             return text[:string_start] + head, tail + _closers(stack)
         start = max(string_end, top_pos)
-        between = text[start + 1:string_start]
+        between = text[start + 1 : string_start]
         if "," in between:
             comma = text.rindex(",", start, string_start)
-            head, tail = _fix("{" + text[comma + 1:], allow_str)
+            head, tail = _fix("{" + text[comma + 1 :], allow_str)
             return text[:comma] + head[1:], tail + _closers(stack[:-1])
         if ":" in between:
             head, tail = _fix(text[string_start:], allow_str)
@@ -110,15 +110,15 @@ def _complete(text: str, allow_str: bool) -> tuple[str, str]:
     # ``i``/``c``: the last bracket or quote in the text.
     comma = text.rfind(",", max(string_end, i) + 1)
     if comma != -1:
-        if not text[comma + 1:].strip():
+        if not text[comma + 1 :].strip():
             return text[:comma], _closers(stack)
         assert top_char == "["
-        head, tail = _fix("[" + text[comma + 1:], allow_str)
+        head, tail = _fix("[" + text[comma + 1 :], allow_str)
         if not head[1:] + tail[:-1].strip():
             return text[:comma] + head[1:], tail + _closers(stack[:-1])
-        return text[:comma + 1] + head[1:], tail + _closers(stack[:-1])
+        return text[: comma + 1] + head[1:], tail + _closers(stack[:-1])
     if c in "]}":
-        assert not text[i + 1:].strip()
+        assert not text[i + 1 :].strip()
         return text, _closers(stack)
     if c in "[{":
         head, tail = _fix(text[i:], allow_str)
@@ -133,27 +133,28 @@ def _complete(text: str, allow_str: bool) -> tuple[str, str]:
         return text[:top_pos] + head, tail + _closers(stack[:-1])
     if colon == -1 and text.rfind(":", max(top_pos, comma) + 1, string_start) != -1:
         return text, _closers(stack)
-    head, tail = _fix("{" + text[comma + 1:], allow_str)
+    head, tail = _fix("{" + text[comma + 1 :], allow_str)
     if not head[1:] + tail[:-1].strip():
         return text[:comma] + head[1:], tail + _closers(stack[:-1])
     if colon == -1:
-        return text[:comma + 1] + head[1:], tail + _closers(stack)
-    return text[:comma + 1] + head[1:], tail + _closers(stack[:-1])
+        return text[: comma + 1] + head[1:], tail + _closers(stack)
+    return text[: comma + 1] + head[1:], tail + _closers(stack[:-1])
 
 
-def _cut_before_last_key(text: str, container: int, string_end: int,
-                         stack: list[tuple[int, str]]) -> tuple[str, str]:
+def _cut_before_last_key(
+    text: str, container: int, string_end: int, stack: list[tuple[int, str]]
+) -> tuple[str, str]:
     key_start = string_end
     while True:
         key_start = text.rfind('"', container, key_start)
         if key_start == -1:
-            return text[:container + 1], _closers(stack)
+            return text[: container + 1], _closers(stack)
         if _escaped(text, key_start):
             key_start -= 1
             continue
         comma = text.rfind(",", container, key_start)
         if comma == -1:
-            return text[:container + 1], _closers(stack)
+            return text[: container + 1], _closers(stack)
         return text[:comma], _closers(stack)
 
 

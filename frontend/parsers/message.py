@@ -19,9 +19,15 @@ class MessageParts:
     finish_reason: str
 
 
-def message_parts(parsed: ParsedOutput, *, tool_choice: object, has_tool_parser: bool,
-                  has_tools: bool, finish_reason: str | None,
-                  parallel_tool_calls: bool | None = True) -> MessageParts:
+def message_parts(
+    parsed: ParsedOutput,
+    *,
+    tool_choice: object,
+    has_tool_parser: bool,
+    has_tools: bool,
+    finish_reason: str | None,
+    parallel_tool_calls: bool | None = True,
+) -> MessageParts:
     """The non-streaming message of one choice.
 
     Forced choices ("required", named) always get ``tool_calls`` and a string
@@ -36,8 +42,7 @@ def message_parts(parsed: ParsedOutput, *, tool_choice: object, has_tool_parser:
     if named or required:
         content = content or ""
         calls = parsed.tool_calls or []
-    elif (has_tools and has_tool_parser and tool_choice in ("auto", None)
-          and parsed.tool_calls):
+    elif has_tools and has_tool_parser and tool_choice in ("auto", None) and parsed.tool_calls:
         auto_called = True
         calls = parsed.tool_calls
     if calls is not None:
@@ -51,8 +56,9 @@ def message_parts(parsed: ParsedOutput, *, tool_choice: object, has_tool_parser:
     return MessageParts(content, reasoning, calls, reason)
 
 
-def stream_finish_reason(tools_streamed: bool, tool_choice: object,
-                         finish_reason: str | None) -> str:
+def stream_finish_reason(
+    tools_streamed: bool, tool_choice: object, finish_reason: str | None
+) -> str:
     """A streamed choice's finish_reason: "tool_calls" once tool call pieces
     were sent (not for a named choice) and the engine stopped normally."""
     if tools_streamed and named_tool(tool_choice) is None and finish_reason == "stop":

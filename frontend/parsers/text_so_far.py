@@ -27,8 +27,9 @@ class _TextSoFar:
         self.text = ""
         self.ids: list[int] = []
 
-    def advance(self, delta_text: str, delta_ids: list[int]
-                ) -> tuple[str, str, list[int], list[int]]:
+    def advance(
+        self, delta_text: str, delta_ids: list[int]
+    ) -> tuple[str, str, list[int], list[int]]:
         """(previous text, current text, previous ids, current ids), and
         current becomes previous for the next step."""
         previous_text, previous_ids = self.text, self.ids
@@ -45,13 +46,21 @@ class TextSoFarToolParser(ToolParser):
 
     def feed(self, delta_text: str, delta_ids: list[int]) -> ParsedDelta | None:
         previous_text, current_text, previous_ids, current_ids = self._so_far.advance(
-            delta_text, delta_ids)
-        return self.extract_streaming(previous_text, current_text, delta_text,
-                                      previous_ids, current_ids, delta_ids)
+            delta_text, delta_ids
+        )
+        return self.extract_streaming(
+            previous_text, current_text, delta_text, previous_ids, current_ids, delta_ids
+        )
 
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> ParsedDelta | None:
+    def extract_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> ParsedDelta | None:
         raise NotImplementedError
 
 
@@ -65,22 +74,31 @@ class TextSoFarReasoningParser(ReasoningParser):
 
     def feed(self, delta_text: str, delta_ids: list[int]) -> ParsedDelta | None:
         previous_text, current_text, previous_ids, current_ids = self._so_far.advance(
-            delta_text, delta_ids)
-        delta = self.extract_streaming(previous_text, current_text, delta_text,
-                                       previous_ids, current_ids, delta_ids)
+            delta_text, delta_ids
+        )
+        delta = self.extract_streaming(
+            previous_text, current_text, delta_text, previous_ids, current_ids, delta_ids
+        )
         self._ended = self.is_reasoning_end_streaming(current_ids, delta_ids)
         return delta
 
     def ended(self) -> bool:
         return self._ended
 
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> ParsedDelta | None:
+    def extract_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> ParsedDelta | None:
         raise NotImplementedError
 
-    def is_reasoning_end_streaming(self, token_ids: Sequence[int],
-                                   delta_ids: Sequence[int]) -> bool:
+    def is_reasoning_end_streaming(
+        self, token_ids: Sequence[int], delta_ids: Sequence[int]
+    ) -> bool:
         """Whether the output so far (``token_ids``, this step's ``delta_ids``)
         has left reasoning."""
         return self.is_reasoning_end(token_ids)

@@ -16,15 +16,26 @@ if TYPE_CHECKING:
     from frontend.model import ModelInfo
 
 # transformers' named special tokens, in its order (SPECIAL_TOKENS_ATTRIBUTES).
-_NAMED_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-                  "cls_token", "mask_token")
+_NAMED_SPECIAL = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
 
 
 class ParserTokenizer:
     """Vocabulary, special tokens and single-token texts of the served model."""
 
-    def __init__(self, vocab: dict[str, int], special_tokens: dict[str, int],
-                 decode: Callable[[list[int]], str]) -> None:
+    def __init__(
+        self,
+        vocab: dict[str, int],
+        special_tokens: dict[str, int],
+        decode: Callable[[list[int]], str],
+    ) -> None:
         self.vocab = vocab
         # text -> id, as transformers' all_special_tokens / all_special_ids.
         self.special_tokens = special_tokens

@@ -108,7 +108,7 @@ class DeltaToolCall:
 @dataclass(slots=True)
 class ParsedDelta:
     """One streamed message delta, parsed: content, reasoning, tool call pieces
-    (what a parser makes of the fan-out table's raw :class:`frontend.fanout.Delta`)."""
+    (what a parser makes of the fan-out table's raw :class:`frontend.choices.Delta`)."""
 
     content: Any = UNSET
     reasoning: Any = UNSET

@@ -26,38 +26,67 @@ from frontend.state import AppState
 from protocol.errors import ValidationError
 from protocol.pooling import PoolingParams
 
-NO_PLUGIN = ("No IOProcessor plugin installed. Please refer to the documentation and to "
-             "the 'prithvi_geospatial_mae_io_processor' offline inference example for "
-             "more details.")
+NO_PLUGIN = (
+    "No IOProcessor plugin installed. Please refer to the documentation and to "
+    "the 'prithvi_geospatial_mae_io_processor' offline inference example for "
+    "more details."
+)
 
 
-async def create_classify(state: AppState, model: PoolingModel,
-                          request: web.Request) -> web.StreamResponse:
+async def create_classify(
+    state: AppState, model: PoolingModel, request: web.Request
+) -> web.StreamResponse:
     req = await decode_body(request, ClassificationRequest)
     inputs = checked_inputs(req, embeddings=False)
     served, response_model = served_model(state, req.model)
     check_truncation(req.truncate_prompt_tokens, state.max_model_len)
     arrival = time.monotonic()
     token_lists = await render(state, model, req, inputs)
-    params = pparams.resolve(PoolingParams(task="classify", use_activation=req.use_activation),
-                             model, state.model.name)
+    params = pparams.resolve(
+        PoolingParams(task="classify", use_activation=req.use_activation), model, state.model.name
+    )
     rid = "classify-" + request_id_for(request, req.request_id)
-    results = await pool(state, request, Batch(
-        rid, token_lists, [params] * len(token_lists), served, req.priority,
-        req.cache_salt, arrival))
+    results = await pool(
+        state,
+        request,
+        Batch(
+            rid,
+            token_lists,
+            [params] * len(token_lists),
+            served,
+            req.priority,
+            req.cache_salt,
+            arrival,
+        ),
+    )
     data = []
     for i, r in enumerate(results):
         probs = r.values
         best = max(range(len(probs)), key=probs.__getitem__) if probs else 0
-        data.append({"index": i, "label": model.id2label.get(best), "probs": probs,
-                     "num_classes": len(probs)})
-    return json_response(state, {
-        "id": rid, "object": "list", "created": int(time.time()), "model": response_model,
-        "data": data, "usage": usage(sum(r.num_prompt_tokens for r in results))})
+        data.append(
+            {
+                "index": i,
+                "label": model.id2label.get(best),
+                "probs": probs,
+                "num_classes": len(probs),
+            }
+        )
+    return json_response(
+        state,
+        {
+            "id": rid,
+            "object": "list",
+            "created": int(time.time()),
+            "model": response_model,
+            "data": data,
+            "usage": usage(sum(r.num_prompt_tokens for r in results)),
+        },
+    )
 
 
-async def create_pooling(state: AppState, model: PoolingModel,
-                         request: web.Request) -> web.StreamResponse:
+async def create_pooling(
+    state: AppState, model: PoolingModel, request: web.Request
+) -> web.StreamResponse:
     req = await decode_body(request, PoolingRequest)
     task = pooling_task(req, model)  # before anything else, as vLLM's get_io_processor
     inputs = checked_inputs(req, embeddings=False)
@@ -65,16 +94,34 @@ async def create_pooling(state: AppState, model: PoolingModel,
     check_truncation(req.truncate_prompt_tokens, state.max_model_len)
     arrival = time.monotonic()
     token_lists = await render(state, model, req, inputs)
-    params = pparams.resolve(PoolingParams(task=task, use_activation=req.use_activation),
-                             model, state.model.name)
+    params = pparams.resolve(
+        PoolingParams(task=task, use_activation=req.use_activation), model, state.model.name
+    )
     rid = "pooling-" + request_id_for(request, req.request_id)
-    results = await pool(state, request, Batch(
-        rid, token_lists, [params] * len(token_lists), served, req.priority,
-        req.cache_salt, arrival))
-    return list_response(state, request_id=rid, model=response_model, results=results,
-                         item_object="pooling", item_key="data",
-                         encoding_format=req.encoding_format, embed_dtype=req.embed_dtype,
-                         endianness=req.endianness)
+    results = await pool(
+        state,
+        request,
+        Batch(
+            rid,
+            token_lists,
+            [params] * len(token_lists),
+            served,
+            req.priority,
+            req.cache_salt,
+            arrival,
+        ),
+    )
+    return list_response(
+        state,
+        request_id=rid,
+        model=response_model,
+        results=results,
+        item_object="pooling",
+        item_key="data",
+        encoding_format=req.encoding_format,
+        embed_dtype=req.embed_dtype,
+        endianness=req.endianness,
+    )
 
 
 def pooling_task(req: PoolingRequest, model: PoolingModel) -> str:
@@ -82,11 +129,11 @@ def pooling_task(req: PoolingRequest, model: PoolingModel) -> str:
     pparams.reject_removed(req.normalize, req.task)
     task = req.task
     if task is not None and task not in POOLING_TASKS:
-        raise schema_error(f"Input should be {' or '.join(map(repr, POOLING_TASKS))}",
-                           "body.task")
+        raise schema_error(f"Input should be {' or '.join(map(repr, POOLING_TASKS))}", "body.task")
     if req.dimensions is not None:
-        raise from_validation(ValidationError("dimensions is currently not supported",
-                                              parameter="dimensions"))
+        raise from_validation(
+            ValidationError("dimensions is currently not supported", parameter="dimensions")
+        )
     if req.data is not None and req.input is None and req.messages is None:
         task = "plugin"  # an IOProcessorRequest
     task = task or model.pooling_task
@@ -94,13 +141,21 @@ def pooling_task(req: PoolingRequest, model: PoolingModel) -> str:
         raise from_validation(ValidationError(NO_PLUGIN, parameter="task"))
     if task != model.pooling_task:
         if task not in model.tasks:
-            raise from_validation(ValidationError(
-                f"Unsupported task: {task!r} Supported tasks: {model.tasks}", parameter="task"))
-        raise from_validation(ValidationError(
-            f"Try switching the model's pooling_task via --pooler-config.task {task}.",
-            parameter="task"))
+            raise from_validation(
+                ValidationError(
+                    f"Unsupported task: {task!r} Supported tasks: {model.tasks}", parameter="task"
+                )
+            )
+        raise from_validation(
+            ValidationError(
+                f"Try switching the model's pooling_task via --pooler-config.task {task}.",
+                parameter="task",
+            )
+        )
     if task == "embed&token_classify":
-        raise ApiError("The 'embed&token_classify' pooling task is only available through an "
-                       "IO processor plugin. Send a plugin request with a 'data' field, or "
-                       "select a concrete task with --pooler-config.task.")
+        raise ApiError(
+            "The 'embed&token_classify' pooling task is only available through an "
+            "IO processor plugin. Send a plugin request with a 'data' field, or "
+            "select a concrete task with --pooler-config.task."
+        )
     return task

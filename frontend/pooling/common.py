@@ -28,9 +28,13 @@ def served_model(state: AppState, name: str | None) -> tuple[str, str]:
 
 def usage(num_prompt_tokens: int) -> dict[str, Any]:
     """vLLM's UsageInfo of a pooling response."""
-    return {"prompt_tokens": num_prompt_tokens, "total_tokens": num_prompt_tokens,
-            "completion_tokens": 0, "prompt_tokens_details": None,
-            "completion_tokens_details": None}
+    return {
+        "prompt_tokens": num_prompt_tokens,
+        "total_tokens": num_prompt_tokens,
+        "completion_tokens": 0,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
 
 
 def prompt_tokens(results: list[Pooled]) -> int:
@@ -48,38 +52,85 @@ def encoded(result: Pooled, encoding_format: str, embed_dtype: str, endianness: 
     return vectors.nested(result.values, result.shape)
 
 
-def list_response(state: AppState, *, request_id: str, model: str, results: list[Pooled],
-                  item_object: str, item_key: str, encoding_format: str, embed_dtype: str,
-                  endianness: str) -> web.StreamResponse:
+def list_response(
+    state: AppState,
+    *,
+    request_id: str,
+    model: str,
+    results: list[Pooled],
+    item_object: str,
+    item_key: str,
+    encoding_format: str,
+    embed_dtype: str,
+    endianness: str,
+) -> web.StreamResponse:
     """/v1/embeddings and /pooling: a JSON list, or (``bytes``, ``bytes_only``)
     the raw values back to back with the list's metadata in a header."""
     created = int(time.time())
     if encoding_format in ("bytes", "bytes_only"):
-        return bytes_response(request_id, created, model, results, encoding_format,
-                              embed_dtype, endianness)
-    data = [{"index": i, "object": item_object,
-             item_key: encoded(r, encoding_format, embed_dtype, endianness)}
-            for i, r in enumerate(results)]
-    return json_response(state, {"id": request_id, "object": "list", "created": created,
-                                 "model": model, "data": data,
-                                 "usage": usage(prompt_tokens(results))})
+        return bytes_response(
+            request_id, created, model, results, encoding_format, embed_dtype, endianness
+        )
+    data = [
+        {
+            "index": i,
+            "object": item_object,
+            item_key: encoded(r, encoding_format, embed_dtype, endianness),
+        }
+        for i, r in enumerate(results)
+    ]
+    return json_response(
+        state,
+        {
+            "id": request_id,
+            "object": "list",
+            "created": created,
+            "model": model,
+            "data": data,
+            "usage": usage(prompt_tokens(results)),
+        },
+    )
 
 
-def bytes_response(request_id: str, created: int, model: str, results: list[Pooled],
-                   encoding_format: str, embed_dtype: str, endianness: str) -> web.Response:
+def bytes_response(
+    request_id: str,
+    created: int,
+    model: str,
+    results: list[Pooled],
+    encoding_format: str,
+    embed_dtype: str,
+    endianness: str,
+) -> web.Response:
     """vLLM's build_pooling_bytes_streaming_response (its header is json.dumps)."""
     body, items, offset = [], [], 0
     for i, r in enumerate(results):
         raw = vectors.to_bytes(r.values, embed_dtype, endianness)
         body.append(raw)
-        items.append({"index": i, "embed_dtype": embed_dtype, "endianness": endianness,
-                      "start": offset, "end": offset + len(raw), "shape": r.shape})
+        items.append(
+            {
+                "index": i,
+                "embed_dtype": embed_dtype,
+                "endianness": endianness,
+                "start": offset,
+                "end": offset + len(raw),
+                "shape": r.shape,
+            }
+        )
         offset += len(raw)
     headers = None
     if encoding_format == "bytes":
         tokens = prompt_tokens(results)
-        headers = {"metadata": json.dumps({
-            "id": request_id, "created": created, "model": model, "data": items,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})}
-    return web.Response(body=b"".join(body), headers=headers,
-                        content_type="application/octet-stream")
+        headers = {
+            "metadata": json.dumps(
+                {
+                    "id": request_id,
+                    "created": created,
+                    "model": model,
+                    "data": items,
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                }
+            )
+        }
+    return web.Response(
+        body=b"".join(body), headers=headers, content_type="application/octet-stream"
+    )

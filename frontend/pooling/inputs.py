@@ -61,9 +61,11 @@ def split_prompts(value: Any, field: str = "input") -> list[str | list[int]]:
     if all(isinstance(p, list) and all(_is_token(t) for t in p) for p in value):
         return list(value)
     first_bad = next(i for i, t in enumerate(value) if not _is_token(t))
-    raise schema_error(f"{field} must be a string, a list of strings, a list of token ids "
-                       "(>= 0) or a list of lists of token ids (>= 0)",
-                       f"body.{field}.{first_bad}")
+    raise schema_error(
+        f"{field} must be a string, a list of strings, a list of token ids "
+        "(>= 0) or a list of lists of token ids (>= 0)",
+        f"body.{field}.{first_bad}",
+    )
 
 
 def read_inputs(req: InputRequest, *, embeddings: bool) -> Inputs:
@@ -71,17 +73,27 @@ def read_inputs(req: InputRequest, *, embeddings: bool) -> Inputs:
     (``messages``); embeddings also take conversations as ``input`` and
     batches of conversations."""
     messages = req.messages
-    if messages is None and embeddings and (_is_conversation(req.input) or (
-            isinstance(req.input, list) and req.input
-            and all(_is_conversation(c) for c in req.input))):
+    if (
+        messages is None
+        and embeddings
+        and (
+            _is_conversation(req.input)
+            or (
+                isinstance(req.input, list)
+                and req.input
+                and all(_is_conversation(c) for c in req.input)
+            )
+        )
+    ):
         messages = req.input
     if messages is not None:
         if not isinstance(messages, list):
             raise schema_error("Input should be a valid list", "body.messages")
         if embeddings and messages and all(isinstance(c, list) for c in messages):
             if not all(c for c in messages):
-                raise schema_error("List should have at least 1 item after validation",
-                                   "body.messages")
+                raise schema_error(
+                    "List should have at least 1 item after validation", "body.messages"
+                )
             return Inputs(conversations=list(messages))
         return Inputs(conversations=[messages])
     if req.input is None:
@@ -92,20 +104,28 @@ def read_inputs(req: InputRequest, *, embeddings: bool) -> Inputs:
 def check_chat_options(req: InputRequest) -> None:
     """ChatRequestOptionsMixin's model validator."""
     if req.continue_final_message and req.add_generation_prompt:
-        raise from_validation(ValidationError(
-            "Cannot set both `continue_final_message` and `add_generation_prompt` to True."))
+        raise from_validation(
+            ValidationError(
+                "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
+            )
+        )
 
 
 def check_mm_kwargs(mm_processor_kwargs: Any, media_io_kwargs: Any = None) -> None:
     """vLLM's validate_request_mm_kwargs, without --trust-request-mm-kwargs."""
     for name, value, kind in (
-            ("mm_processor_kwargs", mm_processor_kwargs, "multimodal preprocessing"),
-            ("media_io_kwargs", media_io_kwargs, "multimodal media loading")):
+        ("mm_processor_kwargs", mm_processor_kwargs, "multimodal preprocessing"),
+        ("media_io_kwargs", media_io_kwargs, "multimodal media loading"),
+    ):
         if value:
-            raise from_validation(ValidationError(
-                f"Per-request {name} are disabled by default because they can change "
-                f"{kind} resource usage. Start the server with --trust-request-mm-kwargs "
-                "only when clients are trusted.", parameter=name))
+            raise from_validation(
+                ValidationError(
+                    f"Per-request {name} are disabled by default because they can change "
+                    f"{kind} resource usage. Start the server with --trust-request-mm-kwargs "
+                    "only when clients are trusted.",
+                    parameter=name,
+                )
+            )
 
 
 def check_truncation(truncate: int | None, max_model_len: int) -> None:
@@ -113,15 +133,19 @@ def check_truncation(truncate: int | None, max_model_len: int) -> None:
     if truncate is None:
         return
     if truncate < -1:
-        raise schema_error("Input should be greater than or equal to -1",
-                           "body.truncate_prompt_tokens")
+        raise schema_error(
+            "Input should be greater than or equal to -1", "body.truncate_prompt_tokens"
+        )
     if truncate > max_model_len:
-        raise ApiError("truncate_prompt_tokens value is greater than max_model_len. "
-                       "Please request a smaller truncation size.")
+        raise ApiError(
+            "truncate_prompt_tokens value is greater than max_model_len. "
+            "Please request a smaller truncation size."
+        )
 
 
-async def render(state: AppState, model: PoolingModel, req: InputRequest,
-                 inputs: Inputs) -> list[list[int]]:
+async def render(
+    state: AppState, model: PoolingModel, req: InputRequest, inputs: Inputs
+) -> list[list[int]]:
     """Every input's token ids, validated (lengths, vocabulary) like vLLM's."""
     renderer = state.renderer
     if inputs.conversations is not None:
@@ -132,16 +156,22 @@ async def render(state: AppState, model: PoolingModel, req: InputRequest,
             rendered = await renderer.render_chat(
                 renderer.parse_messages(messages),
                 add_generation_prompt=req.add_generation_prompt,
-                continue_final_message=req.continue_final_message, kwargs=kwargs,
+                continue_final_message=req.continue_final_message,
+                kwargs=kwargs,
                 add_special_tokens=bool(req.add_special_tokens),
-                truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side,
-                max_output_tokens=0)
+                truncate=req.truncate_prompt_tokens,
+                truncation_side=req.truncation_side,
+                max_output_tokens=0,
+            )
             token_lists.append(rendered.token_ids)
     else:
         rendered_prompts = await renderer.render_prompts(
-            inputs.prompts or [], add_special_tokens=req.add_special_tokens is not False,
-            truncate=req.truncate_prompt_tokens, truncation_side=req.truncation_side,
-            max_output_tokens=0)
+            inputs.prompts or [],
+            add_special_tokens=req.add_special_tokens is not False,
+            truncate=req.truncate_prompt_tokens,
+            truncation_side=req.truncation_side,
+            max_output_tokens=0,
+        )
         token_lists = [ids for ids, _ in rendered_prompts]
     if req.padding == "max_length":
         token_lists = [pad(ids, model, renderer.max_model_len) for ids in token_lists]

@@ -23,13 +23,28 @@ log = logging.getLogger("frontend.pooling")
 
 GENERATION_TASKS = ("generate", "transcription", "realtime")
 FALLBACK_TASKS = ["generate"]
-POOLING_TASKS = ("embed", "classify", "token_embed", "token_classify", "plugin",
-                 "embed&token_classify")
+POOLING_TASKS = (
+    "embed",
+    "classify",
+    "token_embed",
+    "token_classify",
+    "plugin",
+    "embed&token_classify",
+)
 # vLLM's get_pooling_task: the first supported one.
-POOLING_TASK_PRIORITY = ("embed&token_classify", "embed", "classify", "token_embed",
-                         "token_classify", "plugin")
-SCORE_TYPES = {"embed": "bi-encoder", "classify": "cross-encoder",
-               "token_embed": "late-interaction"}
+POOLING_TASK_PRIORITY = (
+    "embed&token_classify",
+    "embed",
+    "classify",
+    "token_embed",
+    "token_classify",
+    "plugin",
+)
+SCORE_TYPES = {
+    "embed": "bi-encoder",
+    "classify": "cross-encoder",
+    "token_embed": "late-interaction",
+}
 DEFAULT_NUM_LABELS = 2  # transformers' PretrainedConfig without id2label
 
 
@@ -118,12 +133,16 @@ def load_pooling_model(model: ModelInfo, tasks: list[str] | tuple[str, ...]) -> 
         num_labels=num_labels,
         hidden_size=int((config.get("text_config") or config).get("hidden_size") or 0),
         matryoshka_dimensions=config.get("matryoshka_dimensions") or None,
-        is_matryoshka=bool(config.get("matryoshka_dimensions")
-                           or config.get("is_matryoshka", False)),
+        is_matryoshka=bool(
+            config.get("matryoshka_dimensions") or config.get("is_matryoshka", False)
+        ),
         embedding_size_override=config.get("embedding_size"),
         use_sep_token=bool(use_sep),
-        task_instructions=({str(k): v for k, v in instructions.items() if isinstance(v, str)}
-                           if instructions else None),
+        task_instructions=(
+            {str(k): v for k, v in instructions.items() if isinstance(v, str)}
+            if instructions
+            else None
+        ),
         pad_token_id=model.tokenizer.token_to_id(pad) if isinstance(pad, str) else None,
         score_template=model.chat_template is not None
         and model.chat_template != _own_chat_template(path, model.tokenizer_config),

@@ -45,17 +45,23 @@ class PairTokenizer:
             text = text[:char_end]
         return text
 
-    def encode(self, text: str, pair: str | None, *, max_length: int | None,
-               strategy: str = "longest_first", side: str = "right",
-               add_special_tokens: bool = True) -> tuple[list[int], list[int]]:
+    def encode(
+        self,
+        text: str,
+        pair: str | None,
+        *,
+        max_length: int | None,
+        strategy: str = "longest_first",
+        side: str = "right",
+        add_special_tokens: bool = True,
+    ) -> tuple[list[int], list[int]]:
         """(input_ids, token_type_ids) of ``tokenizer(text, pair, truncation=...)``
         (transformers encodes an empty ``pair`` as no pair)."""
         pair = pair or None
         with self._lock:
             try:
                 if max_length is not None:
-                    self._tok.enable_truncation(max_length, strategy=strategy,
-                                                direction=side)
+                    self._tok.enable_truncation(max_length, strategy=strategy, direction=side)
                 encoding = self._tok.encode(text, pair, add_special_tokens=add_special_tokens)
             except Exception as e:  # "Truncation error: ...": vLLM's 500 for it
                 raise ApiError(str(e), 500, "InternalServerError") from None
@@ -69,8 +75,10 @@ def compress_token_type_ids(token_type_ids: list[int]) -> int:
     first_one = len(token_type_ids)
     for i, type_id in enumerate(token_type_ids):
         if (type_id == 0 and first_one < i) or type_id > 1:
-            raise ApiError("Token type ids are expected to be a sequence of zeros followed "
-                           "by a sequence of ones")
+            raise ApiError(
+                "Token type ids are expected to be a sequence of zeros followed "
+                "by a sequence of ones"
+            )
         if type_id == 1 and first_one > i:
             first_one = i
     return first_one

@@ -29,9 +29,12 @@ ALL_PARAMETERS = ("dimensions", "use_activation")
 def reject_removed(normalize: object, task: object) -> None:
     """vLLM's ``reject_removed_pooling_parameters`` (runs before any other check)."""
     if normalize is not msgspec.UNSET:  # present, even as null
-        raise from_validation(ValidationError(
-            "Parameter `normalize` was removed; use `use_activation` instead.",
-            parameter="normalize"))
+        raise from_validation(
+            ValidationError(
+                "Parameter `normalize` was removed; use `use_activation` instead.",
+                parameter="normalize",
+            )
+        )
     if isinstance(task, str) and task in REMOVED_TASKS:
         raise from_validation(ValidationError(REMOVED_TASKS[task], parameter="task"))
 
@@ -47,23 +50,34 @@ def resolve(params: PoolingParams, model: PoolingModel, served_name: str) -> Poo
         params.use_activation = True
     if task in ("embed", "token_embed") and params.dimensions is not None:
         check_dimensions(params.dimensions, model, served_name)
-    invalid = [k for k in ALL_PARAMETERS
-               if k not in VALID_PARAMETERS[task] and getattr(params, k) is not None]
+    invalid = [
+        k
+        for k in ALL_PARAMETERS
+        if k not in VALID_PARAMETERS[task] and getattr(params, k) is not None
+    ]
     if invalid:
-        raise ApiError(f"Task {task!r} only supports {VALID_PARAMETERS[task]} parameters, "
-                       f"does not support {invalid} parameters")
+        raise ApiError(
+            f"Task {task!r} only supports {VALID_PARAMETERS[task]} parameters, "
+            f"does not support {invalid} parameters"
+        )
     return params
 
 
 def check_dimensions(dimensions: int, model: PoolingModel, served_name: str) -> None:
     size = model.embedding_size
     if not model.is_matryoshka:
-        raise ApiError(f"Model {served_name!r} does not support Matryoshka embeddings; "
-                       f"dimensions must be unset (received dimensions={dimensions}).")
+        raise ApiError(
+            f"Model {served_name!r} does not support Matryoshka embeddings; "
+            f"dimensions must be unset (received dimensions={dimensions})."
+        )
     if not 1 <= dimensions <= size:
-        raise ApiError(f"Model {served_name!r} only supports dimensions in range "
-                       f"[1, {size}], got {dimensions}.")
+        raise ApiError(
+            f"Model {served_name!r} only supports dimensions in range "
+            f"[1, {size}], got {dimensions}."
+        )
     allowed = model.matryoshka_dimensions
     if allowed is not None and dimensions not in allowed:
-        raise ApiError(f"Model {served_name!r} only supports Matryoshka dimensions "
-                       f"{allowed}, got {dimensions}.")
+        raise ApiError(
+            f"Model {served_name!r} only supports Matryoshka dimensions "
+            f"{allowed}, got {dimensions}."
+        )

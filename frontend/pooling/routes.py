@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -25,25 +26,53 @@ def pooling_routes(state: AppState, model: PoolingModel) -> list[Route]:
 
     routes: list[tuple] = []
     if model.pooling_task is not None:
-        routes.append(("POST", "/pooling", bind(classify.create_pooling), _count("input"),
-                       schemas.PoolingRequest))
+        routes.append(
+            (
+                "POST",
+                "/pooling",
+                bind(classify.create_pooling),
+                _count("input"),
+                schemas.PoolingRequest,
+            )
+        )
     if model.pooling_task == "classify":
-        routes.append(("POST", "/classify", bind(classify.create_classify), _count("input"),
-                       schemas.ClassificationRequest))
+        routes.append(
+            (
+                "POST",
+                "/classify",
+                bind(classify.create_classify),
+                _count("input"),
+                schemas.ClassificationRequest,
+            )
+        )
     if model.pooling_task == "embed":
         routes += [
-            ("POST", "/v1/embeddings", bind(embed.create_embedding), _count("input"),
-             schemas.EmbeddingRequest),
-            ("POST", "/v2/embed", bind(embed.create_cohere_embedding),
-             _count("texts", "inputs"), schemas.CohereEmbedRequest)]
+            (
+                "POST",
+                "/v1/embeddings",
+                bind(embed.create_embedding),
+                _count("input"),
+                schemas.EmbeddingRequest,
+            ),
+            (
+                "POST",
+                "/v2/embed",
+                bind(embed.create_cohere_embedding),
+                _count("texts", "inputs"),
+                schemas.CohereEmbedRequest,
+            ),
+        ]
     if model.scoring and model.score_type not in ("bi-encoder", "cross-encoder"):
-        log.warning("%s scoring (late interaction) is not implemented: no /score or /rerank",
-                    model.score_type)
+        log.warning(
+            "%s scoring (late interaction) is not implemented: no /score or /rerank",
+            model.score_type,
+        )
     elif model.scoring:
         scorer = Scorer(state, model)
         both = model.score_type == "bi-encoder"  # queries are engine requests too
-        score_count = _count_pairs(("queries", "data_1", "text_1"),
-                                   ("documents", "items", "data_2", "text_2"), both)
+        score_count = _count_pairs(
+            ("queries", "data_1", "text_1"), ("documents", "items", "data_2", "text_2"), both
+        )
         rerank_count = _count_pairs(("query",), ("documents",), both)
         for path in ("/score", "/v1/score"):
             routes.append(("POST", path, scorer.score, score_count, schemas.ScoreRequest))
@@ -80,14 +109,17 @@ def _count(*names: str) -> Callable[[bytes], int]:
     def count(body: bytes) -> int:
         fields = _fields(body)
         return max((_length(fields.get(n)) for n in names if n in fields), default=1)
+
     return count
 
 
-def _count_pairs(firsts: tuple[str, ...], seconds: tuple[str, ...],
-                 both: bool) -> Callable[[bytes], int]:
+def _count_pairs(
+    firsts: tuple[str, ...], seconds: tuple[str, ...], both: bool
+) -> Callable[[bytes], int]:
     def count(body: bytes) -> int:
         fields = _fields(body)
         n_second = max((_length(fields[n]) for n in seconds if n in fields), default=1)
         n_first = max((_length(fields[n]) for n in firsts if n in fields), default=1)
         return n_first + n_second if both else n_second
+
     return count

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from frontend.choices import Choice, Group
 from frontend.errors import from_validation, internal_error
-from frontend.fanout import Choice, Group
 from frontend.openai.common import trace_headers, warn_if_traced
 from frontend.state import AppState
 from protocol.errors import ProtocolError, ValidationError
@@ -72,8 +72,11 @@ async def pool(state: AppState, request: web.Request, batch: Batch) -> list[Pool
 def _result(choice: Choice) -> Pooled:
     tensor = choice.pooled
     if tensor is None:  # finished without a result (aborted by the engine)
-        log.error("engine request %s finished (%s) without a pooling output",
-                  choice.engine_id, choice.finish_reason)
+        log.error(
+            "engine request %s finished (%s) without a pooling output",
+            choice.engine_id,
+            choice.finish_reason,
+        )
         raise internal_error()
     try:
         values = tensor.flat()

@@ -35,11 +35,28 @@ from frontend.state import AppState
 from protocol.pooling import PoolingParams
 
 # ScoreRequest's union members, in vLLM's order: (first field, second field).
-SCORE_FIELDS = (("queries", "documents"), ("queries", "items"), ("data_1", "data_2"),
-                ("text_1", "text_2"))
+SCORE_FIELDS = (
+    ("queries", "documents"),
+    ("queries", "items"),
+    ("data_1", "data_2"),
+    ("text_1", "text_2"),
+)
 # Tokenizer classes whose model_input_names leave out token_type_ids.
-NO_TOKEN_TYPES = ("Llama", "Qwen2", "GPT2", "Roberta", "XLMRoberta", "Gemma", "Bart", "T5",
-                  "Bloom", "GPTNeoX", "CodeGen", "Whisper", "Mistral")
+NO_TOKEN_TYPES = (
+    "Llama",
+    "Qwen2",
+    "GPT2",
+    "Roberta",
+    "XLMRoberta",
+    "Gemma",
+    "Bart",
+    "T5",
+    "Bloom",
+    "GPTNeoX",
+    "CodeGen",
+    "Whisper",
+    "Mistral",
+)
 
 
 class Scorer:
@@ -56,9 +73,17 @@ class Scorer:
         first, second = _score_pair(req)
         rid, response_model, num_tokens, scores = await self._run(request, req, first, second)
         data = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
-        return json_response(self.state, {
-            "id": rid, "object": "list", "created": int(time.time()),
-            "model": response_model, "data": data, "usage": usage(num_tokens)})
+        return json_response(
+            self.state,
+            {
+                "id": rid,
+                "object": "list",
+                "created": int(time.time()),
+                "model": response_model,
+                "data": data,
+                "usage": usage(num_tokens),
+            },
+        )
 
     async def rerank(self, request: web.Request) -> web.StreamResponse:
         req = await decode_body(request, RerankRequest)
@@ -70,24 +95,39 @@ class Scorer:
         if req.top_n < 0:
             raise schema_error("Input should be greater than or equal to 0", "body.top_n")
         rid, response_model, num_tokens, scores = await self._run(
-            request, req, req.query, req.documents)
+            request, req, req.query, req.documents
+        )
         documents = req.documents if isinstance(req.documents, list) else [req.documents]
-        ranked = [{"index": i,
-                   "document": ({"text": doc, "multi_modal": None} if isinstance(doc, str)
-                                else {"text": None, "multi_modal": doc.get("content", [])}),
-                   "relevance_score": s} for i, (doc, s) in enumerate(zip(documents, scores))]
+        ranked = [
+            {
+                "index": i,
+                "document": (
+                    {"text": doc, "multi_modal": None}
+                    if isinstance(doc, str)
+                    else {"text": None, "multi_modal": doc.get("content", [])}
+                ),
+                "relevance_score": s,
+            }
+            for i, (doc, s) in enumerate(zip(documents, scores))
+        ]
         ranked.sort(key=lambda r: r["relevance_score"], reverse=True)
         top_n = req.top_n if req.top_n > 0 else len(scores)
         if top_n < len(documents):
             ranked = ranked[:top_n]
-        return json_response(self.state, {
-            "id": rid, "model": response_model,
-            "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
-            "results": ranked})
+        return json_response(
+            self.state,
+            {
+                "id": rid,
+                "model": response_model,
+                "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
+                "results": ranked,
+            },
+        )
 
     # ------------------------------------------------------------ shared
-    async def _run(self, request: web.Request, req: ScoringBase, first: Any,
-                   second: Any) -> tuple[str, str, int, list[float]]:
+    async def _run(
+        self, request: web.Request, req: ScoringBase, first: Any, second: Any
+    ) -> tuple[str, str, int, list[float]]:
         """(response id, model, prompt tokens, one score per pair)."""
         state, model = self.state, self.model
         check_cache_salt(req.cache_salt)
@@ -100,20 +140,24 @@ class Scorer:
             if value < 0:
                 raise ApiError(f"{name} must be a non-negative integer")
             if value >= state.max_model_len:
-                raise ApiError(f"{name} ({value}) must be less than max_model_len "
-                               f"({state.max_model_len}).")
+                raise ApiError(
+                    f"{name} ({value}) must be less than max_model_len ({state.max_model_len})."
+                )
         arrival = time.monotonic()
         rid = "score-" + request_id_for(request, req.request_id)
         if model.score_type == "bi-encoder":
             token_lists, params = await self._bi_encoder_inputs(req, queries, documents)
         else:
             token_lists, params = await self._cross_encoder_inputs(req, queries, documents)
-        results = await pool(state, request, Batch(
-            rid, token_lists, params, served, req.priority, req.cache_salt, arrival))
+        results = await pool(
+            state,
+            request,
+            Batch(rid, token_lists, params, served, req.priority, req.cache_salt, arrival),
+        )
         num_tokens = sum(len(ids) for ids in token_lists)
         if model.score_type == "bi-encoder":
             embeddings = [r.values for r in results]
-            firsts, seconds = embeddings[:len(queries)], embeddings[len(queries):]
+            firsts, seconds = embeddings[: len(queries)], embeddings[len(queries) :]
             if len(firsts) == 1:
                 firsts = firsts * len(seconds)
             scores = [vectors.cosine(a, b) for a, b in zip(firsts, seconds)]
@@ -141,24 +185,34 @@ class Scorer:
             return texts
         return [self.pairs.truncate_text(t, max_tokens) for t in texts]
 
-    async def _bi_encoder_inputs(self, req: ScoringBase, queries: list[str],
-                                 documents: list[str]) -> tuple[list, list]:
+    async def _bi_encoder_inputs(
+        self, req: ScoringBase, queries: list[str], documents: list[str]
+    ) -> tuple[list, list]:
         """Every query, then every document: one embedding request each."""
-        texts = (self._limit(queries, req.max_tokens_per_query)
-                 + self._limit(documents, req.max_tokens_per_doc))
+        texts = self._limit(queries, req.max_tokens_per_query) + self._limit(
+            documents, req.max_tokens_per_doc
+        )
         renderer = self.state.renderer
         rendered = await renderer.render_prompts(
-            texts, add_special_tokens=True, truncate=req.truncate_prompt_tokens,
-            truncation_side=req.truncation_side, max_output_tokens=0)
+            texts,
+            add_special_tokens=True,
+            truncate=req.truncate_prompt_tokens,
+            truncation_side=req.truncation_side,
+            max_output_tokens=0,
+        )
         token_lists = [ids for ids, _ in rendered]
         if req.padding == "max_length":
             token_lists = [pad(ids, self.model, renderer.max_model_len) for ids in token_lists]
-        params = pparams.resolve(PoolingParams(task="embed", use_activation=req.use_activation),
-                                 self.model, self.state.model.name)
+        params = pparams.resolve(
+            PoolingParams(task="embed", use_activation=req.use_activation),
+            self.model,
+            self.state.model.name,
+        )
         return token_lists, [params] * len(token_lists)
 
-    async def _cross_encoder_inputs(self, req: ScoringBase, queries: list[str],
-                                    documents: list[str]) -> tuple[list, list]:
+    async def _cross_encoder_inputs(
+        self, req: ScoringBase, queries: list[str], documents: list[str]
+    ) -> tuple[list, list]:
         """One classified pair per document (the query repeated for 1:N);
         long texts are tokenized in a worker thread."""
         if len(queries) == 1:
@@ -167,12 +221,17 @@ class Scorer:
         if size < OFFLOAD_CHARS:
             return self._pairs(req, queries, documents)
         return await asyncio.get_running_loop().run_in_executor(
-            None, self._pairs, req, queries, documents)
+            None, self._pairs, req, queries, documents
+        )
 
-    def _pairs(self, req: ScoringBase, queries: list[str],
-               documents: list[str]) -> tuple[list, list]:
-        base = pparams.resolve(PoolingParams(task="classify", use_activation=req.use_activation),
-                               self.model, self.state.model.name)
+    def _pairs(
+        self, req: ScoringBase, queries: list[str], documents: list[str]
+    ) -> tuple[list, list]:
+        base = pparams.resolve(
+            PoolingParams(task="classify", use_activation=req.use_activation),
+            self.model,
+            self.state.model.name,
+        )
         token_lists, params = [], []
         for query, document in zip(queries, documents):
             ids, types = self._encode_pair(req, query, document)
@@ -184,8 +243,9 @@ class Scorer:
                 params.append(base)
         return token_lists, params
 
-    def _encode_pair(self, req: ScoringBase, query: str,
-                     document: str) -> tuple[list[int], list[int]]:
+    def _encode_pair(
+        self, req: ScoringBase, query: str, document: str
+    ) -> tuple[list[int], list[int]]:
         """get_score_prompt, then TokenizeParams.apply_post_tokenization."""
         max_model_len = self.state.max_model_len
         if req.max_tokens_per_query > 0:
@@ -195,11 +255,15 @@ class Scorer:
         truncate, side = req.truncate_prompt_tokens, req.truncation_side
         keep = max_model_len if truncate == -1 else truncate
         # get_encode_kwargs: with an explicit side the tokenizer does not truncate.
-        max_length = None if (side is not None and truncate is not None) else (
-            keep if keep is not None else max_model_len + 1)
+        max_length = (
+            None
+            if (side is not None and truncate is not None)
+            else (keep if keep is not None else max_model_len + 1)
+        )
         if self.model.score_template:
-            ids, types = self.pairs.encode(self._score_prompt(req, query, document), None,
-                                           max_length=max_length)
+            ids, types = self.pairs.encode(
+                self._score_prompt(req, query, document), None, max_length=max_length
+            )
         elif self.model.use_sep_token:
             strategy = "longest_first"
             if req.max_tokens_per_doc > 0:
@@ -207,8 +271,9 @@ class Scorer:
                 limit = query_len + req.max_tokens_per_doc + self.pairs.num_special_pair
                 max_length = limit if max_length is None else min(limit, max_length)
                 strategy = "only_second"
-            ids, types = self.pairs.encode(query, document, max_length=max_length,
-                                           strategy=strategy)
+            ids, types = self.pairs.encode(
+                query, document, max_length=max_length, strategy=strategy
+            )
         else:  # an LLM as reranker: the two texts back to back
             ids, types = self.pairs.encode(query + document, None, max_length=max_length)
         if not self.token_types:
@@ -228,9 +293,11 @@ class Scorer:
         with a "query" and a "document" message, no generation prompt)."""
         template = self.state.renderer.template
         try:
-            return template.render([{"role": "query", "content": query},
-                                    {"role": "document", "content": document}],
-                                   add_generation_prompt=False, kwargs=_template_kwargs(req))
+            return template.render(
+                [{"role": "query", "content": query}, {"role": "document", "content": document}],
+                add_generation_prompt=False,
+                kwargs=_template_kwargs(req),
+            )
         except ChatTemplateError as e:
             raise from_validation(e) from None
 
@@ -245,8 +312,10 @@ def _template_kwargs(req: ScoringBase) -> dict[str, Any]:
         kwargs.setdefault("instruction", req.instruction)
     reserved = RESERVED_TEMPLATE_KWARGS & kwargs.keys()
     if reserved:
-        raise ApiError("chat_template_kwargs contains reserved keys that conflict with fixed "
-                       f"scorer arguments: {reserved}")
+        raise ApiError(
+            "chat_template_kwargs contains reserved keys that conflict with fixed "
+            f"scorer arguments: {reserved}"
+        )
     return kwargs
 
 

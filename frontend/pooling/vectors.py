@@ -24,7 +24,7 @@ def nested(values: list[float], shape: list[int]) -> list:
     if len(shape) < 2:
         return values
     width = shape[-1]
-    return [values[i:i + width] for i in range(0, len(values), width)]
+    return [values[i : i + width] for i in range(0, len(values), width)]
 
 
 def to_bytes(values: list[float], embed_dtype: str, endianness: str) -> bytes:
@@ -57,12 +57,14 @@ def cohere_base64(values: list[float]) -> str:
 def packed_bits(values: list[float], signed: bool) -> list[int]:
     """``np.packbits(values >= 0)`` (MSB first), minus 128 per byte if ``signed``."""
     if len(values) % 8:
-        raise ApiError("Embedding dimension must be a multiple of 8 for binary embedding "
-                       f"types, but got {len(values)}.")
+        raise ApiError(
+            "Embedding dimension must be a multiple of 8 for binary embedding "
+            f"types, but got {len(values)}."
+        )
     out = []
     for i in range(0, len(values), 8):
         byte = 0
-        for v in values[i:i + 8]:
+        for v in values[i : i + 8]:
             byte = (byte << 1) | (v >= 0)
         out.append(byte - 128 if signed else byte)
     return out

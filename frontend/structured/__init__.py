@@ -41,7 +41,14 @@ from frontend.structured.request import (
 from frontend.structured.resolve import resolve
 
 __all__ = [
-    "FLAG", "Constraints", "StructuredOutputsConfig", "add_arguments",
-    "check_response_format", "check_structured_outputs_count", "config_from_args",
-    "make_config", "parse", "resolve",
+    "FLAG",
+    "Constraints",
+    "StructuredOutputsConfig",
+    "add_arguments",
+    "check_response_format",
+    "check_structured_outputs_count",
+    "config_from_args",
+    "make_config",
+    "parse",
+    "resolve",
 ]

@@ -41,24 +41,33 @@ class StructuredOutputsConfig:
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
-            raise ValueError(f"{FLAG}: backend must be one of {', '.join(BACKENDS)}, "
-                             f"got {self.backend!r}")
+            raise ValueError(
+                f"{FLAG}: backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}"
+            )
         if self.backend not in SUPPORTED_BACKENDS:
-            raise ValueError(f"{FLAG}: the {self.backend!r} backend is not supported by this "
-                             f"frontend (it validates grammars with llguidance); use one of "
-                             f"{', '.join(SUPPORTED_BACKENDS)}")
+            raise ValueError(
+                f"{FLAG}: the {self.backend!r} backend is not supported by this "
+                f"frontend (it validates grammars with llguidance); use one of "
+                f"{', '.join(SUPPORTED_BACKENDS)}"
+            )
         if self.disable_any_whitespace and self.backend not in ("xgrammar", "guidance"):
-            raise ValueError("disable_any_whitespace is only supported for xgrammar and "
-                             "guidance backends.")
+            raise ValueError(
+                "disable_any_whitespace is only supported for xgrammar and guidance backends."
+            )
         if self.disable_additional_properties and self.backend != "guidance":
-            raise ValueError("disable_additional_properties is only supported for the "
-                             "guidance backend.")
+            raise ValueError(
+                "disable_additional_properties is only supported for the guidance backend."
+            )
         if self.reasoning_parser and self.reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(f"unknown reasoning parser {self.reasoning_parser!r}; available: "
-                             f"{', '.join(sorted(REASONING_PARSERS))}")
+            raise ValueError(
+                f"unknown reasoning parser {self.reasoning_parser!r}; available: "
+                f"{', '.join(sorted(REASONING_PARSERS))}"
+            )
         if self.reasoning_parser_plugin:
-            raise ValueError(f"{FLAG}: reasoning parser plugins are not supported by this "
-                             "frontend (its parsers are its own code)")
+            raise ValueError(
+                f"{FLAG}: reasoning parser plugins are not supported by this "
+                "frontend (its parsers are its own code)"
+            )
 
 
 _CONFIG_FIELDS = {f.name: f.type for f in fields(StructuredOutputsConfig)}
@@ -69,14 +78,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     (``--structured-outputs-config.backend guidance``); a dotted value is read
     as JSON if it parses, else as a string, as vLLM reads it."""
     group = parser.add_argument_group("structured outputs (vLLM's StructuredOutputsConfig)")
-    group.add_argument(FLAG, dest="structured_outputs_config", type=json_object,
-                       default={}, metavar="JSON",
-                       help='e.g. \'{"backend": "guidance"}\'; backend: auto (default: '
-                            'xgrammar, else guidance, as vLLM), xgrammar or guidance')
+    group.add_argument(
+        FLAG,
+        dest="structured_outputs_config",
+        type=json_object,
+        default={},
+        metavar="JSON",
+        help='e.g. \'{"backend": "guidance"}\'; backend: auto (default: '
+        "xgrammar, else guidance, as vLLM), xgrammar or guidance",
+    )
     for name in _CONFIG_FIELDS:
-        group.add_argument(f"{FLAG}.{name}", f"--structured_outputs_config.{name}",
-                           dest=f"structured_outputs_config.{name}", type=_cli_value,
-                           default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        group.add_argument(
+            f"{FLAG}.{name}",
+            f"--structured_outputs_config.{name}",
+            dest=f"structured_outputs_config.{name}",
+            type=_cli_value,
+            default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )
 
 
 def config_from_args(args: argparse.Namespace) -> StructuredOutputsConfig:
@@ -93,15 +112,16 @@ def config_from_args(args: argparse.Namespace) -> StructuredOutputsConfig:
 def make_config(values: dict[str, Any]) -> StructuredOutputsConfig:
     unknown = set(values) - set(_CONFIG_FIELDS)
     if unknown:
-        raise ValueError(f"{FLAG}: unknown key(s) {', '.join(sorted(unknown))}; known: "
-                         f"{', '.join(_CONFIG_FIELDS)}")
+        raise ValueError(
+            f"{FLAG}: unknown key(s) {', '.join(sorted(unknown))}; known: "
+            f"{', '.join(_CONFIG_FIELDS)}"
+        )
     converted = {}
     for name, value in values.items():
         if _CONFIG_FIELDS[name] == "bool":
             value = lax_bool(value)
             if value is None:
-                raise ValueError(f"{FLAG}: {name} must be a boolean, got "
-                                 f"{values[name]!r}")
+                raise ValueError(f"{FLAG}: {name} must be a boolean, got {values[name]!r}")
         elif not isinstance(value, str):
             raise ValueError(f"{FLAG}: {name} must be a string, got {value!r}")
         converted[name] = value

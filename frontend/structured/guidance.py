@@ -56,9 +56,14 @@ def _guidance_grammar(kind: str, text: str) -> str:
             trigger = next((t for t in triggers if begin.startswith(t)), None)
             if trigger is None:
                 raise _TagError(f"Trigger {begin} not found in triggers {triggers}")
-            tags.append(llguidance.StructTag(trigger=trigger, begin=begin,
-                                             grammar=json_grammar(item["schema"]),
-                                             end=item["end"]))
+            tags.append(
+                llguidance.StructTag(
+                    trigger=trigger,
+                    begin=begin,
+                    grammar=json_grammar(item["schema"]),
+                    end=item["end"],
+                )
+            )
         if not tags:
             raise _TagError("No structural tags found in the grammar spec.")
         return llguidance.StructTag.to_grammar(tags)
@@ -68,7 +73,8 @@ def _guidance_grammar(kind: str, text: str) -> str:
 def json_grammar(schema: str | dict) -> str:
     """The llguidance grammar of a JSON schema, as vLLM's guidance backend makes it."""
     return llguidance.LLMatcher.grammar_from_json_schema(
-        schema, defaults={"whitespace_flexible": True})
+        schema, defaults={"whitespace_flexible": True}
+    )
 
 
 def grammar_error(grammar: str) -> str | None:

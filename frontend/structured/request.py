@@ -36,14 +36,17 @@ RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 
 # ---------------------------------------------------------------------------- model validators
 
+
 def check_response_format(response_format: Any) -> None:
     """vLLM's ``validate_response_format`` model validator (both routes)."""
     if not isinstance(response_format, dict):
         return  # not a model: the field validation (parse) reports it
     kind = response_format.get("type")
     if kind == "json_schema" and response_format.get("json_schema") is None:
-        raise invalid("When response_format type is 'json_schema', the 'json_schema' "
-                      "field must be provided.", "response_format")
+        raise invalid(
+            "When response_format type is 'json_schema', the 'json_schema' field must be provided.",
+            "response_format",
+        )
     if kind == "structural_tag":
         payload = response_format_payload(response_format)
         if payload is None:
@@ -51,8 +54,9 @@ def check_response_format(response_format: Any) -> None:
         _check_structural_tag(payload, "response_format")
 
 
-def check_structured_outputs_count(structured_outputs: Any, *, chat: bool,
-                                   tool_choice: Any = "none") -> None:
+def check_structured_outputs_count(
+    structured_outputs: Any, *, chat: bool, tool_choice: Any = "none"
+) -> None:
     """vLLM's ``check_structured_outputs_count`` model validator; ``tool_choice``
     is the chat request's value after vLLM's ``check_tool_usage`` (which runs
     first), ``"none"`` when absent."""
@@ -61,12 +65,15 @@ def check_structured_outputs_count(structured_outputs: Any, *, chat: bool,
         return
     count = sum(structured_outputs.get(k) is not None for k in ("json", "regex", "choice"))
     if count > 1:
-        message = ("You can only use one kind of constraints for structured outputs "
-                   "('json', 'regex' or 'choice').")
+        message = (
+            "You can only use one kind of constraints for structured outputs "
+            "('json', 'regex' or 'choice')."
+        )
         raise invalid(message, None if chat else "structured_outputs")
     if chat and count > 0 and tool_choice not in ("none", "auto", "required"):
-        raise invalid("You can only either use constraints for structured outputs or tools, "
-                      "not both.")
+        raise invalid(
+            "You can only either use constraints for structured outputs or tools, not both."
+        )
     if structured_outputs.get("structural_tag") is not None:
         _check_structural_tag(structured_outputs["structural_tag"], "structured_outputs")
 
@@ -87,6 +94,7 @@ def _invalid_tag(parameter: str) -> ApiError:
 
 
 # ---------------------------------------------------------------------------- fields
+
 
 @dataclass(frozen=True)
 class Constraints:
@@ -128,12 +136,17 @@ def _parse_response_format(rf: Any) -> dict[str, Any] | None:
         # check_response_format accepted it; this is the text vLLM sends
         return {"structural_tag": response_format_payload(rf)}
     # No member of vLLM's response_format union fits: pydantic lists every member's errors.
-    tag_type = [] if kind == "structural_tag" else [
-        literal_error(loc + ("type",), rf, ("structural_tag",))]
-    errors += tag_type + ([] if "format" in rf
-                          else [field_error("missing", loc + ("format",), rf)])
-    errors += tag_type + [field_error("missing", loc + (key,), rf)
-                          for key in ("structures", "triggers") if key not in rf]
+    tag_type = (
+        []
+        if kind == "structural_tag"
+        else [literal_error(loc + ("type",), rf, ("structural_tag",))]
+    )
+    errors += tag_type + ([] if "format" in rf else [field_error("missing", loc + ("format",), rf)])
+    errors += tag_type + [
+        field_error("missing", loc + (key,), rf)
+        for key in ("structures", "triggers")
+        if key not in rf
+    ]
     raise validation_errors(errors)
 
 
@@ -148,8 +161,7 @@ def _json_schema_errors(value: Any, loc: tuple) -> list[dict]:
     elif not isinstance(value["name"], str):
         errors.append(field_error("string_type", loc + ("name",), value["name"]))
     if value.get("description") is not None and not isinstance(value["description"], str):
-        errors.append(field_error("string_type", loc + ("description",),
-                                  value["description"]))
+        errors.append(field_error("string_type", loc + ("description",), value["description"]))
     if value.get("schema") is not None and not isinstance(value["schema"], dict):
         errors.append(field_error("dict_type", loc + ("schema",), value["schema"]))
     if value.get("strict") is not None and lax_bool(value["strict"]) is None:
@@ -158,17 +170,25 @@ def _json_schema_errors(value: Any, loc: tuple) -> list[dict]:
 
 
 # StructuredOutputsParams' fields as pydantic reads them (unknown keys are ignored).
-_SO_TYPES = {"json": "json", "regex": "str", "choice": "list[str]", "grammar": "str",
-             "json_object": "bool", "disable_any_whitespace": "bool!",
-             "disable_additional_properties": "bool!", "whitespace_pattern": "str",
-             "structural_tag": "str"}
+_SO_TYPES = {
+    "json": "json",
+    "regex": "str",
+    "choice": "list[str]",
+    "grammar": "str",
+    "json_object": "bool",
+    "disable_any_whitespace": "bool!",
+    "disable_additional_properties": "bool!",
+    "whitespace_pattern": "str",
+    "structural_tag": "str",
+}
 
 
 def _parse_structured_outputs(so: Any) -> dict[str, Any]:
     loc = ("body", "structured_outputs")
     if not isinstance(so, dict):
-        raise validation_errors([field_error("dataclass_type", loc, so,
-                                             {"class_name": "StructuredOutputsParams"})])
+        raise validation_errors(
+            [field_error("dataclass_type", loc, so, {"class_name": "StructuredOutputsParams"})]
+        )
     parsed: dict[str, Any] = {}
     errors: list[dict] = []
     for name, kind in _SO_TYPES.items():
@@ -181,8 +201,10 @@ def _parse_structured_outputs(so: Any) -> dict[str, Any]:
             if isinstance(value, (str, dict)):
                 parsed[name] = value
             else:
-                errors += [field_error("string_type", where, value),
-                           field_error("dict_type", where, value)]
+                errors += [
+                    field_error("string_type", where, value),
+                    field_error("dict_type", where, value),
+                ]
         elif kind == "str":
             if isinstance(value, str):
                 parsed[name] = value

@@ -22,8 +22,9 @@ from protocol.errors import ValidationError
 from protocol.structured import StructuredOutputsParams, check_content
 
 
-def resolve(constraints: Constraints, config: StructuredOutputsConfig
-            ) -> StructuredOutputsParams | None:
+def resolve(
+    constraints: Constraints, config: StructuredOutputsConfig
+) -> StructuredOutputsParams | None:
     """The request's StructuredOutputsParams for the engine, validated, with its
     backend; ``None`` without a constraint. Raises ApiError (400) as vLLM does."""
     if constraints.override is None:

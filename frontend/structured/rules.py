@@ -26,8 +26,10 @@ def check_json_nesting(spec: str | dict | None, *, structural_tag: bool = False)
     the grammar check reports it."""
     limit = MAX_JSON_NESTING + (STRUCTURAL_TAG_EXTRA_NESTING if structural_tag else 0)
     if spec and _nested_deeper_than(spec, limit):
-        raise NestingError("The JSON schema is nested too deeply: objects and arrays may "
-                           f"nest at most {MAX_JSON_NESTING} levels")
+        raise NestingError(
+            "The JSON schema is nested too deeply: objects and arrays may "
+            f"nest at most {MAX_JSON_NESTING} levels"
+        )
 
 
 def _nested_deeper_than(spec: str | dict, limit: int) -> bool:
@@ -40,9 +42,12 @@ def _nested_deeper_than(spec: str | dict, limit: int) -> bool:
             return False
     level = [spec]
     for _ in range(limit):
-        level = [child for node in level
-                 for child in (node.values() if isinstance(node, dict) else node)
-                 if isinstance(child, (dict, list))]
+        level = [
+            child
+            for node in level
+            for child in (node.values() if isinstance(node, dict) else node)
+            if isinstance(child, (dict, list))
+        ]
         if not level:
             return False
     return True
@@ -59,6 +64,7 @@ def grammar_is_likely_lark(grammar: str) -> bool:
 def choice_as_grammar(choices: list[str]) -> str:
     """The EBNF grammar vLLM sends instead of ``choice`` to an xgrammar engine
     (which cannot compile a choice list): ``root ::= "a" | "b"``, escaped."""
+
     def escape(text: str) -> str:
         out = []
         for ch in text:
@@ -69,6 +75,7 @@ def choice_as_grammar(choices: list[str]) -> str:
             else:
                 out.append(ch)
         return "".join(out)
+
     return "root ::= " + " | ".join(f'"{escape(c)}"' for c in choices)
 
 

@@ -48,29 +48,35 @@ class _Checker:
         self.accepts = accepts
         self.formats = {
             "const_string": lambda f: _str(f.get("value")),
-            "json_schema": lambda f: (self.schema(f.get("json_schema")),
-                                      _require(f.get("style", "json") in _JSON_STYLES,
-                                               "style")),
+            "json_schema": lambda f: (
+                self.schema(f.get("json_schema")),
+                _require(f.get("style", "json") in _JSON_STYLES, "style"),
+            ),
             "qwen_xml_parameter": lambda f: self.schema(f.get("json_schema")),
             "any_text": _check_any_text,
             "token": _check_token,
-            "exclude_token": lambda f: [_check_token({"token": t}) for t in
-                                        _list(f.get("exclude_tokens", []))],
-            "any_tokens": lambda f: [_check_token({"token": t}) for t in
-                                     _list(f.get("exclude_tokens", []))],
+            "exclude_token": lambda f: [
+                _check_token({"token": t}) for t in _list(f.get("exclude_tokens", []))
+            ],
+            "any_tokens": lambda f: [
+                _check_token({"token": t}) for t in _list(f.get("exclude_tokens", []))
+            ],
             "grammar": lambda f: _require(
                 not grammar_is_likely_lark(_str(f.get("grammar")))
-                and accepts("grammar", f["grammar"]), "invalid EBNF grammar"),
-            "regex": lambda f: _require(accepts("regex", _str(f.get("pattern"))),
-                                        "invalid regex"),
+                and accepts("grammar", f["grammar"]),
+                "invalid EBNF grammar",
+            ),
+            "regex": lambda f: _require(accepts("regex", _str(f.get("pattern"))), "invalid regex"),
             "sequence": lambda f: [self.format(e) for e in _non_empty(f.get("elements"))],
             "or": lambda f: [self.format(e) for e in _non_empty(f.get("elements"))],
             "tag": self.tag_format,
-            "triggered_tags": lambda f: _check_triggered(_str_list(f.get("triggers")),
-                                                         self.tags(f)),
-            "token_triggered_tags": lambda f: ([_check_token({"token": t})
-                                                for t in _non_empty(f.get("trigger_tokens"))],
-                                               self.tags(f)),
+            "triggered_tags": lambda f: _check_triggered(
+                _str_list(f.get("triggers")), self.tags(f)
+            ),
+            "token_triggered_tags": lambda f: (
+                [_check_token({"token": t}) for t in _non_empty(f.get("trigger_tokens"))],
+                self.tags(f),
+            ),
             "tags_with_separator": lambda f: (self.tags(f), _str(f.get("separator"))),
             "optional": lambda f: self.format(f.get("content")),
             "plus": lambda f: self.format(f.get("content")),
@@ -123,8 +129,10 @@ class _Checker:
             ends = [end] if isinstance(end, str) else _str_list(end)
         self.format(fmt.get("content"))
         unlimited = isinstance(fmt["content"], dict) and fmt["content"].get("type") == "any_text"
-        _require(not unlimited or any(ends),
-                 "When the content is unlimited, at least one end string must be non-empty")
+        _require(
+            not unlimited or any(ends),
+            "When the content is unlimited, at least one end string must be non-empty",
+        )
 
     def tags(self, fmt: dict) -> list[dict]:
         tags = _list(fmt.get("tags"))
@@ -151,14 +159,15 @@ class _Checker:
 
 def _implied_type(fmt: dict) -> str | None:
     """A format without ``type`` is the first kind whose required fields it has."""
-    return next((kind for kind, fields in _REQUIRED_FIELDS
-                 if all(f in fmt for f in fields)), None)
+    return next((kind for kind, fields in _REQUIRED_FIELDS if all(f in fmt for f in fields)), None)
 
 
 def _check_token(fmt: dict) -> None:
     # Without a tokenizer (vLLM validates without one) only token ids resolve.
-    _require(fmt.get("type", "token") == "token" and _is_int(fmt.get("token")),
-             "Token string resolution requires tokenizer_info")
+    _require(
+        fmt.get("type", "token") == "token" and _is_int(fmt.get("token")),
+        "Token string resolution requires tokenizer_info",
+    )
 
 
 def _check_triggered(triggers: list[str], tags: list[dict]) -> None:
@@ -179,10 +188,23 @@ def _check_any_text(fmt: dict) -> None:
 
 # (kind, required fields) in the order xgrammar's format union tries them.
 _REQUIRED_FIELDS = [
-    ("const_string", ("value",)), ("json_schema", ("json_schema",)), ("any_text", ()),
+    ("const_string", ("value",)),
+    ("json_schema", ("json_schema",)),
+    ("any_text", ()),
 ]
-_JSON_STYLES = frozenset({"json", "qwen_xml", "minimax_xml", "minimax_m3_xml", "deepseek_xml",
-                          "glm_xml", "cohere_xml", "kimi_k3_xml", "deepseek_v4_1_xml"})
+_JSON_STYLES = frozenset(
+    {
+        "json",
+        "qwen_xml",
+        "minimax_xml",
+        "minimax_m3_xml",
+        "deepseek_xml",
+        "glm_xml",
+        "cohere_xml",
+        "kimi_k3_xml",
+        "deepseek_v4_1_xml",
+    }
+)
 
 
 def _require(condition: bool, message: str) -> None:
@@ -215,29 +237,40 @@ def _str_list(value: Any) -> list[str]:
 
 # ---------------------------------------------------------------------------- response_format
 
+
 def response_format_payload(response_format: dict) -> str | None:
     """The JSON text vLLM makes of a structural-tag response_format (its model's
     dump: declared fields, then extra ones), or None where its model refuses it."""
-    extra = {k: v for k, v in response_format.items() if k not in ("type", "format",
-                                                                   "structures", "triggers")}
+    extra = {
+        k: v
+        for k, v in response_format.items()
+        if k not in ("type", "format", "structures", "triggers")
+    }
     if "format" in response_format:
-        return json.dumps({"type": "structural_tag", "format": response_format["format"],
-                           **extra})
+        return json.dumps({"type": "structural_tag", "format": response_format["format"], **extra})
     structures, triggers = response_format.get("structures"), response_format.get("triggers")
-    if not (isinstance(structures, list) and isinstance(triggers, list)
-            and all(isinstance(t, str) for t in triggers)):
+    if not (
+        isinstance(structures, list)
+        and isinstance(triggers, list)
+        and all(isinstance(t, str) for t in triggers)
+    ):
         return None
     dumped = []
     for item in structures:
-        if not (isinstance(item, dict) and isinstance(item.get("begin"), str)
-                and isinstance(item.get("end"), str)
-                and isinstance(item.get("schema"), (dict, type(None)))):
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("begin"), str)
+            and isinstance(item.get("end"), str)
+            and isinstance(item.get("schema"), (dict, type(None)))
+        ):
             return None
         rest = {k: v for k, v in item.items() if k not in ("begin", "schema", "end")}
-        dumped.append({"begin": item["begin"], "schema": item.get("schema"),
-                       "end": item["end"], **rest})
-    return json.dumps({"type": "structural_tag", "structures": dumped,
-                       "triggers": triggers, **extra})
+        dumped.append(
+            {"begin": item["begin"], "schema": item.get("schema"), "end": item["end"], **rest}
+        )
+    return json.dumps(
+        {"type": "structural_tag", "structures": dumped, "triggers": triggers, **extra}
+    )
 
 
 # ---------------------------------------------------------------------------- tool calls
@@ -249,65 +282,102 @@ def _schema(tool: dict, style: str) -> dict:
     function = tool.get("function") or {}
     strict = function.get("strict") is True
     params = function.get("parameters")
-    return {"type": "json_schema",
-            "json_schema": params if strict and params is not None else True,
-            "style": style, "any_order": False, "max_whitespace_cnt": None, "excludes": []}
+    return {
+        "type": "json_schema",
+        "json_schema": params if strict and params is not None else True,
+        "style": style,
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
 
 
 def _tag(begin: str, content: dict, end: str) -> dict:
     return {"type": "tag", "begin": begin, "content": content, "end": end}
 
 
-def _triggered(triggers: list[str], tags: list[dict], at_least_one: bool,
-               excludes: list[str]) -> dict:
-    return {"type": "triggered_tags", "triggers": triggers, "tags": tags,
-            "at_least_one": at_least_one, "stop_after_first": False, "excludes": excludes}
+def _triggered(
+    triggers: list[str], tags: list[dict], at_least_one: bool, excludes: list[str]
+) -> dict:
+    return {
+        "type": "triggered_tags",
+        "triggers": triggers,
+        "tags": tags,
+        "at_least_one": at_least_one,
+        "stop_after_first": False,
+        "excludes": excludes,
+    }
 
 
 def _separated(tags: list[dict], stop_after_first: bool) -> dict:
-    return {"type": "tags_with_separator", "tags": tags, "separator": "",
-            "at_least_one": True, "stop_after_first": stop_after_first}
+    return {
+        "type": "tags_with_separator",
+        "tags": tags,
+        "separator": "",
+        "at_least_one": True,
+        "stop_after_first": stop_after_first,
+    }
 
 
 def _hermes(tools: list[dict], choice: str) -> dict:
     start, end = "<tool_call>", "</tool_call>"
-    tags = [_tag(begin + tool["function"]["name"] + '", "arguments": ', _schema(tool, "json"),
-                 close)
-            for tool in tools
-            for begin, close in ((start + '\n{"name": "', "}\n" + end),
-                                 (start + '{"name": "', "}" + end))]
+    tags = [
+        _tag(begin + tool["function"]["name"] + '", "arguments": ', _schema(tool, "json"), close)
+        for tool in tools
+        for begin, close in (
+            (start + '\n{"name": "', "}\n" + end),
+            (start + '{"name": "', "}" + end),
+        )
+    ]
     if choice == "auto":
         return _triggered([start], tags, False, [])
     return _separated(tags, stop_after_first=choice == "forced")
 
 
-def _prefixed(tools: list[dict], choice: str, *, prefix: str, suffix: str, end: str,
-              trigger: str, style: str) -> dict:
+def _prefixed(
+    tools: list[dict], choice: str, *, prefix: str, suffix: str, end: str, trigger: str, style: str
+) -> dict:
     """llama and qwen_3_coder: one tag per tool, triggered by the call prefix."""
-    tags = [_tag(prefix + tool["function"]["name"] + suffix, _schema(tool, style), end)
-            for tool in tools]
+    tags = [
+        _tag(prefix + tool["function"]["name"] + suffix, _schema(tool, style), end)
+        for tool in tools
+    ]
     if choice == "forced":
         return tags[0]
     return _triggered([trigger], tags, choice == "required", list(THINK_TOKENS))
 
 
 def _llama(tools: list[dict], choice: str) -> dict:
-    return _prefixed(tools, choice, prefix='{"name": "', suffix='", "parameters": ', end="}",
-                     trigger='{"name": ', style="json")
+    return _prefixed(
+        tools,
+        choice,
+        prefix='{"name": "',
+        suffix='", "parameters": ',
+        end="}",
+        trigger='{"name": ',
+        style="json",
+    )
 
 
 def _qwen3_coder(tools: list[dict], choice: str) -> dict:
-    return _prefixed(tools, choice, prefix="<tool_call>\n<function=", suffix=">\n",
-                     end="\n</function>\n</tool_call>", trigger="<tool_call>\n<function=",
-                     style="qwen_xml")
+    return _prefixed(
+        tools,
+        choice,
+        prefix="<tool_call>\n<function=",
+        suffix=">\n",
+        end="\n</function>\n</tool_call>",
+        trigger="<tool_call>\n<function=",
+        style="qwen_xml",
+    )
 
 
 # A tool parser's ``structural_tag_model`` -> the builder of its tags.
 BUILDERS = {"hermes": _hermes, "llama": _llama, "qwen_3_coder": _qwen3_coder}
 
 
-def structural_tag(model: str, tools: list[dict], tool_choice: Any,
-                   parallel_tool_calls: bool | None = True) -> dict:
+def structural_tag(
+    model: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool | None = True
+) -> dict:
     """The structural tag vLLM sends for these tools and tool choice."""
     name = None
     if isinstance(tool_choice, dict):
@@ -324,8 +394,9 @@ def structural_tag(model: str, tools: list[dict], tool_choice: Any,
     return {"type": "structural_tag", "format": tag}
 
 
-def structural_tag_json(model: str, tools: list[dict], tool_choice: Any,
-                        parallel_tool_calls: bool | None = True) -> str:
+def structural_tag_json(
+    model: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool | None = True
+) -> str:
     """As vLLM puts it in ``structured_outputs.structural_tag``."""
     return json.dumps(structural_tag(model, tools, tool_choice, parallel_tool_calls))
 
@@ -341,23 +412,33 @@ def output_format(kind: str, spec: Any) -> dict | None:
     if kind == "regex":
         return {"type": "regex", "pattern": spec}
     if kind == "choice":
-        return {"type": "or",
-                "elements": [{"type": "const_string", "value": value} for value in spec]}
+        return {
+            "type": "or",
+            "elements": [{"type": "const_string", "value": value} for value in spec],
+        }
     if kind == "grammar":
         return {"type": "grammar", "grammar": spec}
     return None
 
 
 def _json_format(schema: Any) -> dict:
-    return {"type": "json_schema", "json_schema": schema, "style": "json", "any_order": False,
-            "max_whitespace_cnt": None, "excludes": []}
+    return {
+        "type": "json_schema",
+        "json_schema": schema,
+        "style": "json",
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
 
 
-def tools_or_output(model: str, tools: list[dict], parallel_tool_calls: bool | None,
-                    output: dict) -> str:
+def tools_or_output(
+    model: str, tools: list[dict], parallel_tool_calls: bool | None, output: dict
+) -> str:
     """tool_choice="auto" with strict tools and the request's own constraint:
     vLLM allows either a tool call (its "required" tag) or the constrained
     output, as ``structured_outputs.structural_tag`` text."""
     calls = structural_tag(model, tools, "required", parallel_tool_calls)["format"]
-    return json.dumps({"type": "structural_tag",
-                       "format": {"type": "or", "elements": [calls, output]}})
+    return json.dumps(
+        {"type": "structural_tag", "format": {"type": "or", "elements": [calls, output]}}
+    )

@@ -50,13 +50,17 @@ class RequestAdjustment:
     structural_tag_model: str | None = None
 
 
-def adjust_request(tool_parser: type[ToolParser] | None,
-                   reasoning_parser: type[ReasoningParser] | None, *,
-                   tools: list[dict] | None, tool_choice: Any,
-                   parallel_tool_calls: bool | None = True,
-                   has_structured_outputs: bool = False,
-                   response_format_type: str | None = None,
-                   structured_outputs_tag: bool = False) -> RequestAdjustment:
+def adjust_request(
+    tool_parser: type[ToolParser] | None,
+    reasoning_parser: type[ReasoningParser] | None,
+    *,
+    tools: list[dict] | None,
+    tool_choice: Any,
+    parallel_tool_calls: bool | None = True,
+    has_structured_outputs: bool = False,
+    response_format_type: str | None = None,
+    structured_outputs_tag: bool = False,
+) -> RequestAdjustment:
     """The adjustment vLLM 0.32 makes (``VLLM_ENFORCE_STRICT_TOOL_CALLING=1``,
     ``--tool-strict-level auto``).
 
@@ -75,8 +79,12 @@ def adjust_request(tool_parser: type[ToolParser] | None,
     forced = named or tool_choice == "required"
     # Mistral's parsers force "required"/named as a bare JSON array (unless
     # the request brings its own constraint).
-    mistral_schema = (tools and forced and not has_structured_outputs
-                      and response_format_type in (None, "text", "json_object", "json_schema"))
+    mistral_schema = (
+        tools
+        and forced
+        and not has_structured_outputs
+        and response_format_type in (None, "text", "json_object", "json_schema")
+    )
 
     if reasoning_parser is not None:
         if reasoning_parser.keeps_special_tokens:
@@ -88,23 +96,32 @@ def adjust_request(tool_parser: type[ToolParser] | None,
 
     if tools and tool_parser.structural_tag_model is not None and (forced or tool_choice == "auto"):
         auto = tool_choice == "auto"
-        any_strict = any(isinstance(t.get("function"), dict)
-                         and t["function"].get("strict") is True for t in tools)
+        any_strict = any(
+            isinstance(t.get("function"), dict) and t["function"].get("strict") is True
+            for t in tools
+        )
         single_call = parallel_tool_calls is False and not (
-            auto and (has_structured_outputs or response_format_type not in (None, "text")))
+            auto and (has_structured_outputs or response_format_type not in (None, "text"))
+        )
         if not auto or any_strict or single_call:
             out.structural_tag_model = tool_parser.structural_tag_model
             out.json_schema = None  # the tag replaces any structured output
-            if not (auto and (has_structured_outputs
-                              or response_format_type not in (None, "text"))):
+            if not (
+                auto and (has_structured_outputs or response_format_type not in (None, "text"))
+            ):
                 out.structural_tag = structural_tag_json(
-                    tool_parser.structural_tag_model, tools, tool_choice, parallel_tool_calls)
+                    tool_parser.structural_tag_model, tools, tool_choice, parallel_tool_calls
+                )
 
     if tool_parser.mistral_guided_schema:
         if mistral_schema and out.json_schema is None:
             out.json_schema = mistral_array_schema(tools, tool_choice)
-    elif (tools and out.structural_tag_model is None and not structured_outputs_tag
-          and tool_parser.supports_required_and_named):
+    elif (
+        tools
+        and out.structural_tag_model is None
+        and not structured_outputs_tag
+        and tool_parser.supports_required_and_named
+    ):
         schema = json_schema_from_tools(tool_choice, tools, parallel_tool_calls)
         if schema is not None:
             out.json_schema = schema
@@ -114,12 +131,17 @@ def adjust_request(tool_parser: type[ToolParser] | None,
     return out
 
 
-def adjust_chat_request(tool_parser: type[ToolParser] | None,
-                        reasoning_parser: type[ReasoningParser] | None, *,
-                        tools: list[dict] | None, tool_choice: Any,
-                        parallel_tool_calls: bool | None, response_format: Any,
-                        structured_outputs: Any, constraints: Constraints
-                        ) -> tuple[Constraints, bool | None]:
+def adjust_chat_request(
+    tool_parser: type[ToolParser] | None,
+    reasoning_parser: type[ReasoningParser] | None,
+    *,
+    tools: list[dict] | None,
+    tool_choice: Any,
+    parallel_tool_calls: bool | None,
+    response_format: Any,
+    structured_outputs: Any,
+    constraints: Constraints,
+) -> tuple[Constraints, bool | None]:
     """:func:`adjust_request` for a chat request: its grammar constraint after
     the adjustment, and the ``skip_special_tokens`` it forces (None: the
     request's own). Raises ApiError (400) where vLLM refuses the tools."""
@@ -127,26 +149,32 @@ def adjust_chat_request(tool_parser: type[ToolParser] | None,
     rf_type = response_format.get("type") if isinstance(response_format, dict) else None
     try:
         adjustment = adjust_request(
-            tool_parser, reasoning_parser, tools=tools, tool_choice=tool_choice,
+            tool_parser,
+            reasoning_parser,
+            tools=tools,
+            tool_choice=tool_choice,
             parallel_tool_calls=parallel_tool_calls,
             has_structured_outputs=structured_outputs is not None,
             response_format_type=rf_type,
-            structured_outputs_tag=so_fields.get("structural_tag") is not None)
+            structured_outputs_tag=so_fields.get("structural_tag") is not None,
+        )
     except ToolSchemaError as e:
         raise invalid(str(e), e.param) from None
     if adjustment.structural_tag is not None:
         constraints = Constraints({"structural_tag": adjustment.structural_tag}, None)
     elif adjustment.structural_tag_model is not None:
-        constraints = _tools_or_output(adjustment.structural_tag_model, tools or [],
-                                       parallel_tool_calls, constraints)
+        constraints = _tools_or_output(
+            adjustment.structural_tag_model, tools or [], parallel_tool_calls, constraints
+        )
     elif adjustment.json_schema is not None:
         constraints = Constraints({"json": adjustment.json_schema}, None)
     return constraints, adjustment.skip_special_tokens
 
 
-def _tools_or_output(model: str, tools: list[dict], parallel_tool_calls: bool | None,
-                     constraints: Constraints) -> Constraints:
-    """"auto" with strict tools and the request's own constraint: vLLM lets the
+def _tools_or_output(
+    model: str, tools: list[dict], parallel_tool_calls: bool | None, constraints: Constraints
+) -> Constraints:
+    """ "auto" with strict tools and the request's own constraint: vLLM lets the
     model either call a tool or write the constrained output, when xgrammar
     can compile that constraint (else the constraint alone applies)."""
     values = {**(constraints.structured_outputs or {}), **(constraints.override or {})}
@@ -160,8 +188,12 @@ def _tools_or_output(model: str, tools: list[dict], parallel_tool_calls: bool | 
     output = None if lark else output_format(kind, spec)
     if output is None:  # vLLM converts these with xgrammar, which needs torch
         what = "Lark grammar" if lark else kind
-        raise ApiError(f'tool_choice="auto" with `strict` tools and a {what} constraint at '
-                       "once is not supported by this frontend; drop `strict`, or use a "
-                       "JSON schema, regex, choice or EBNF grammar", param="tools")
+        raise ApiError(
+            f'tool_choice="auto" with `strict` tools and a {what} constraint at '
+            "once is not supported by this frontend; drop `strict`, or use a "
+            "JSON schema, regex, choice or EBNF grammar",
+            param="tools",
+        )
     return Constraints(
-        {"structural_tag": tools_or_output(model, tools, parallel_tool_calls, output)}, None)
+        {"structural_tag": tools_or_output(model, tools, parallel_tool_calls, output)}, None
+    )

@@ -28,8 +28,9 @@ def _params_or_empty_object(params: Any) -> Any:
     return params if params else {"type": "object", "properties": {}}
 
 
-def json_schema_from_tools(tool_choice: Any, tools: list[dict] | None,
-                           parallel_tool_calls: bool | None = True) -> dict | None:
+def json_schema_from_tools(
+    tool_choice: Any, tools: list[dict] | None, parallel_tool_calls: bool | None = True
+) -> dict | None:
     """The JSON schema that forces a tool call, as vLLM's ``get_json_schema_from_tools``.
 
     ``tool_choice="required"``: an array of ``{"name", "parameters"}`` objects
@@ -48,8 +49,11 @@ def json_schema_from_tools(tool_choice: Any, tools: list[dict] | None,
     if tool_choice != "required":
         return None
     if not tools:
-        raise ToolSchemaError("tool_choice requires a function call, but tools contains no "
-                              "function tool the model can call.", "tool_choice")
+        raise ToolSchemaError(
+            "tool_choice requires a function call, but tools contains no "
+            "function tool the model can call.",
+            "tool_choice",
+        )
     variants = []
     all_defs: dict[str, Any] = {}
     for tool in tools:
@@ -59,24 +63,35 @@ def json_schema_from_tools(tool_choice: Any, tools: list[dict] | None,
             defs = params["$defs"]
             params = {k: v for k, v in params.items() if k != "$defs"}
             if not isinstance(defs, dict):
-                raise ToolSchemaError(f"`$defs` in the parameters of tool '{name}' must be an "
-                                      f"object, got {_py_type_name(defs)}.")
+                raise ToolSchemaError(
+                    f"`$defs` in the parameters of tool '{name}' must be an "
+                    f"object, got {_py_type_name(defs)}."
+                )
             for def_name, def_schema in defs.items():
                 if def_name in all_defs and all_defs[def_name] != def_schema:
-                    raise ToolSchemaError(f"Tool definition '{def_name}' has multiple schemas, "
-                                          "which is not supported.")
+                    raise ToolSchemaError(
+                        f"Tool definition '{def_name}' has multiple schemas, "
+                        "which is not supported."
+                    )
                 all_defs[def_name] = def_schema
             # A parameters object that held only $defs ends up empty, not defaulted.
             parameters = params
         else:
             parameters = _params_or_empty_object(params)
-        variants.append({
-            "properties": {"name": {"type": "string", "enum": [name]},
-                           "parameters": parameters},
-            "required": ["name", "parameters"],
-        })
-    schema: dict[str, Any] = {"type": "array", "minItems": 1,
-                              "items": {"type": "object", "anyOf": variants}}
+        variants.append(
+            {
+                "properties": {
+                    "name": {"type": "string", "enum": [name]},
+                    "parameters": parameters,
+                },
+                "required": ["name", "parameters"],
+            }
+        )
+    schema: dict[str, Any] = {
+        "type": "array",
+        "minItems": 1,
+        "items": {"type": "object", "anyOf": variants},
+    }
     if parallel_tool_calls is False:
         schema["maxItems"] = 1
     if all_defs:
@@ -96,12 +111,15 @@ def mistral_array_schema(tools: list[dict], tool_choice: Any) -> dict | None:
     if not chosen:
         return None  # vLLM logs a warning and adds no schema
     extra = {"maxItems": 1} if name is not None else {}
-    any_of = [{
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "enum": [t["function"]["name"]]},
-            "arguments": t["function"].get("parameters") or {"type": "object"},
-        },
-        "required": ["name", "arguments"],
-    } for t in chosen]
+    any_of = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "enum": [t["function"]["name"]]},
+                "arguments": t["function"].get("parameters") or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+        }
+        for t in chosen
+    ]
     return {"type": "array", "minItems": 1, **extra, "items": {"type": "object", "anyOf": any_of}}

@@ -28,13 +28,34 @@ from frontend.structured.rules import any_object, grammar_is_likely_lark, spec_t
 from frontend.structured.structural_tag import check_structural_tag
 
 # The string formats xgrammar's JSON-schema converter knows (others: unsupported).
-XGRAMMAR_STRING_FORMATS = frozenset({
-    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid",
-    "uri", "uri-reference", "uri-template", "json-pointer", "relative-json-pointer"})
+XGRAMMAR_STRING_FORMATS = frozenset(
+    {
+        "email",
+        "date",
+        "time",
+        "date-time",
+        "duration",
+        "ipv4",
+        "ipv6",
+        "hostname",
+        "uuid",
+        "uri",
+        "uri-reference",
+        "uri-template",
+        "json-pointer",
+        "relative-json-pointer",
+    }
+)
 # llguidance errors about JSON-schema features that xgrammar simply ignores.
-_XGRAMMAR_IGNORES = ("Unimplemented keys", "Unknown format", "look-around",
-                     "min/maxProperties only supported", "incompatible types",
-                     "is not present in a registry", "Expected positive integer")
+_XGRAMMAR_IGNORES = (
+    "Unimplemented keys",
+    "Unknown format",
+    "look-around",
+    "min/maxProperties only supported",
+    "incompatible types",
+    "is not present in a registry",
+    "Expected positive integer",
+)
 
 
 def xgrammar_error(kind: str, spec: Any) -> str | None:
@@ -54,7 +75,8 @@ def xgrammar_accepts(kind: str, spec: Any) -> bool:
 def _xgrammar_error(kind: str, text: str) -> str | None:
     if kind == "regex":
         problem = _xgrammar_regex_gap(text, in_json=False) or grammar_error(
-            llguidance.LLMatcher.grammar_from_regex(text))
+            llguidance.LLMatcher.grammar_from_regex(text)
+        )
         return f"Failed to transform regex into a grammar: {problem}" if problem else None
     if kind == "json":
         return _xgrammar_json_error(text)
@@ -77,8 +99,10 @@ def _xgrammar_json_error(text: str) -> str | None:
     if xgrammar_unsupported_json_features(schema):
         return "The provided JSON schema contains features not supported by xgrammar."
     if not isinstance(schema, dict):
-        return ("Failed to transform json schema into a grammar: The schema should be a "
-                "string or a Pydantic model.")
+        return (
+            "Failed to transform json schema into a grammar: The schema should be a "
+            "string or a Pydantic model."
+        )
     problem = _xgrammar_json_gap(schema)
     if problem is None:
         try:
@@ -100,8 +124,9 @@ def _xgrammar_unsupported_here(obj: dict) -> bool:
     types = _schema_types(obj)
     if types & {"integer", "number"} and "multipleOf" in obj:
         return True
-    if "array" in types and any(k in obj for k in ("uniqueItems", "contains", "minContains",
-                                                   "maxContains")):
+    if "array" in types and any(
+        k in obj for k in ("uniqueItems", "contains", "minContains", "maxContains")
+    ):
         return True
     if "string" in types and "format" in obj and obj["format"] not in XGRAMMAR_STRING_FORMATS:
         return True
@@ -109,12 +134,18 @@ def _xgrammar_unsupported_here(obj: dict) -> bool:
         return True
     if "object" in types and "propertyNames" in obj:
         names = obj["propertyNames"]
-        if (isinstance(names, dict) and _pattern_with_length(names)) \
-                or "patternProperties" in obj or "properties" in obj \
-                or obj.get("unevaluatedProperties", True) is not True:
+        if (
+            (isinstance(names, dict) and _pattern_with_length(names))
+            or "patternProperties" in obj
+            or "properties" in obj
+            or obj.get("unevaluatedProperties", True) is not True
+        ):
             return True
-    if "object" in types and isinstance(obj.get("patternProperties"), dict) \
-            and ("properties" in obj or len(obj["patternProperties"]) > 1):
+    if (
+        "object" in types
+        and isinstance(obj.get("patternProperties"), dict)
+        and ("properties" in obj or len(obj["patternProperties"]) > 1)
+    ):
         return True
     all_of = obj.get("allOf")
     return isinstance(all_of, list) and len(all_of) >= 2
@@ -145,25 +176,33 @@ def _xgrammar_json_gap(schema: dict) -> str | None:
         if isinstance(pattern, str) and (problem := _xgrammar_regex_gap(pattern, in_json=True)):
             return problem
         for low, high in _BOUNDS:
-            if _is_number(node.get(low)) and _is_number(node.get(high)) \
-                    and node[low] > node[high]:
+            if _is_number(node.get(low)) and _is_number(node.get(high)) and node[low] > node[high]:
                 return f"{low} {node[low]} is greater than {high} {node[high]}"
         properties = node.get("properties")
-        minimum, known = node.get("minProperties"), len(properties) \
-            if isinstance(properties, dict) else 0
-        closed = node.get("additionalProperties", False) is False \
-            and "patternProperties" not in node
+        minimum, known = (
+            node.get("minProperties"),
+            len(properties) if isinstance(properties, dict) else 0,
+        )
+        closed = (
+            node.get("additionalProperties", False) is False and "patternProperties" not in node
+        )
         if isinstance(minimum, int) and closed and minimum > known:
-            return ("minProperties is greater than the number of properties, but additional "
-                    f"properties aren't allowed: {minimum} > {known}")
+            return (
+                "minProperties is greater than the number of properties, but additional "
+                f"properties aren't allowed: {minimum} > {known}"
+            )
         pending.extend(node.values())
     return None
 
 
 # Bounds xgrammar checks everywhere; llguidance only where they make the
 # whole schema unsatisfiable (not in an optional property, say).
-_BOUNDS = (("minLength", "maxLength"), ("minItems", "maxItems"), ("minimum", "maximum"),
-           ("minProperties", "maxProperties"))
+_BOUNDS = (
+    ("minLength", "maxLength"),
+    ("minItems", "maxItems"),
+    ("minimum", "maximum"),
+    ("minProperties", "maxProperties"),
+)
 
 
 def _is_number(value: Any) -> bool:
@@ -184,22 +223,22 @@ def _xgrammar_regex_gap(pattern: str, *, in_json: bool) -> str | None:
         ch = pattern[i]
         quantifier = False
         if ch == "\\":
-            if pattern[i + 1:i + 2] in ("p", "P"):
+            if pattern[i + 1 : i + 2] in ("p", "P"):
                 return "Unicode character class escape sequence is not supported yet."
             i += 2
         elif ch == "[":
             end = i + 1
-            if pattern[end:end + 1] == "^":
+            if pattern[end : end + 1] == "^":
                 end += 1
-                if pattern[end:end + 1] == "]":  # "[^]...]": a class with "]" in it
+                if pattern[end : end + 1] == "]":  # "[^]...]": a class with "]" in it
                     end += 1
-            elif pattern[end:end + 1] == "]":
+            elif pattern[end : end + 1] == "]":
                 return "Empty character class is not allowed in regex."
             while end < n and pattern[end] != "]":
                 end += 2 if pattern[end] == "\\" else 1
             i = end + 1
-        elif ch == "(" and pattern[i + 1:i + 2] == "?" and not in_json:
-            rest = pattern[i + 2:]
+        elif ch == "(" and pattern[i + 1 : i + 2] == "?" and not in_json:
+            rest = pattern[i + 2 :]
             if not (rest.startswith((":", "=", "!", "<=", "<!")) or re.match(r"<\w+>", rest)):
                 return "Group modifier flag is not supported yet."
             i += 2
@@ -231,8 +270,7 @@ def _xgrammar_grammar_gap(grammar: str) -> bool:
 
 def _outside_strings(text: str) -> str:
     """``text`` with quoted strings, character classes and comments blanked."""
-    return re.sub(r'"(\\.|[^"\\])*"|\[(\\.|[^\]\\])*\]|/(\\.|[^/\\\n])+/|(#|//)[^\n]*', '""',
-                  text)
+    return re.sub(r'"(\\.|[^"\\])*"|\[(\\.|[^\]\\])*\]|/(\\.|[^/\\\n])+/|(#|//)[^\n]*', '""', text)
 
 
 def _duplicate_ebnf_rules(code: str) -> bool:
@@ -243,7 +281,9 @@ def _duplicate_ebnf_rules(code: str) -> bool:
 def _unescape_ebnf(grammar: str) -> str:
     r"""llguidance's GBNF converter does not read ``\uXXXX``/``\xXX`` escapes;
     xgrammar does. Spell plain characters out for the check only."""
+
     def plain(match: re.Match) -> str:
         ch = chr(int(match.group(1) or match.group(2), 16))
         return ch if ch.isprintable() and ch not in '"\\]-^' else match.group(0)
+
     return re.sub(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})", plain, grammar)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import fnmatch
 import logging
 import pathlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -30,20 +31,34 @@ from frontend.tokenizers.loaded import LoadedTokenizer
 log = logging.getLogger("frontend.tokenizers")
 
 SERVED_MODES = ("auto", "hf", "mistral")
-NOT_SERVED_MODES = ("cohere", "deepseek_v32", "deepseek_v4", "deepseek_v41", "inkling",
-                    "kimi_audio", "kimi_k3")
+NOT_SERVED_MODES = (
+    "cohere",
+    "deepseek_v32",
+    "deepseek_v4",
+    "deepseek_v41",
+    "inkling",
+    "kimi_audio",
+    "kimi_k3",
+)
 # vLLM's ModelConfig: tokenizer_mode "auto" for these architectures.
 ARCHITECTURE_MODES = {
-    "MoonshotKimiaForCausalLM": "kimi_audio", "KimiK3ForConditionalGeneration": "kimi_k3",
-    "DeepseekV32ForCausalLM": "deepseek_v32", "DeepseekV4ForCausalLM": "deepseek_v4",
+    "MoonshotKimiaForCausalLM": "kimi_audio",
+    "KimiK3ForConditionalGeneration": "kimi_k3",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
+    "DeepseekV4ForCausalLM": "deepseek_v4",
     "DeepseekV4ForConditionalGeneration": "deepseek_v4",
-    "DeepseekV41ForCausalLM": "deepseek_v41", "InklingForCausalLM": "inkling",
+    "DeepseekV41ForCausalLM": "deepseek_v41",
+    "InklingForCausalLM": "inkling",
     "InklingForConditionalGeneration": "inkling",
 }
 
 
-def resolve_mode(mode: str, tok_dir: pathlib.Path, model_config: dict[str, Any],
-                 repo_files: Callable[[], list[str]]) -> str:
+def resolve_mode(
+    mode: str,
+    tok_dir: pathlib.Path,
+    model_config: dict[str, Any],
+    repo_files: Callable[[], list[str]],
+) -> str:
     """vLLM's choice of tokenizer mode. ``repo_files``: the repository's file
     names (a local directory's, or the Hub's listing; empty offline)."""
     mode = mode.lower()
@@ -55,19 +70,29 @@ def resolve_mode(mode: str, tok_dir: pathlib.Path, model_config: dict[str, Any],
     if mode in NOT_SERVED_MODES:
         raise ValueError(
             f"tokenizer mode {mode!r}: vLLM renders this model's prompts with its own Python "
-            "code, which this frontend does not implement (serve it with vLLM's own server)")
+            "code, which this frontend does not implement (serve it with vLLM's own server)"
+        )
     if mode == "auto":
         files = repo_files()
-        mistral = (any(fnmatch.fnmatch(pathlib.PurePath(f).name, "consolidated*.safetensors")
-                       for f in files)
-                   and any(fnmatch.fnmatch(pathlib.PurePath(f).name, pattern) for f in files
-                           for pattern in ("tekken.json", "tokenizer.model.v*")))
+        mistral = any(
+            fnmatch.fnmatch(pathlib.PurePath(f).name, "consolidated*.safetensors") for f in files
+        ) and any(
+            fnmatch.fnmatch(pathlib.PurePath(f).name, pattern)
+            for f in files
+            for pattern in ("tekken.json", "tokenizer.model.v*")
+        )
         mode = "mistral" if mistral else "hf"
     return mode
 
 
-def load(tok_dir: pathlib.Path, mode: str, *, tokenizer_config: dict[str, Any],
-         model_type: str | None, trust_remote_code: bool) -> LoadedTokenizer:
+def load(
+    tok_dir: pathlib.Path,
+    mode: str,
+    *,
+    tokenizer_config: dict[str, Any],
+    model_type: str | None,
+    trust_remote_code: bool,
+) -> LoadedTokenizer:
     """The tokenizer of ``tok_dir`` in a resolved mode (``hf`` or ``mistral``).
     Raises ValueError/FileNotFoundError with a message for the command line."""
     if mode == "mistral":
@@ -91,12 +116,17 @@ def load(tok_dir: pathlib.Path, mode: str, *, tokenizer_config: dict[str, Any],
         else:
             tokenizer = tiktoken.convert(path, config)
             kind = "tiktoken"
-        log.info("converted the %s tokenizer %s to a fast tokenizer (%d tokens)", kind, path,
-                 tokenizer.get_vocab_size(with_added_tokens=True))
+        log.info(
+            "converted the %s tokenizer %s to a fast tokenizer (%d tokens)",
+            kind,
+            path,
+            tokenizer.get_vocab_size(with_added_tokens=True),
+        )
         return LoadedTokenizer(tokenizer, config, f"{name} ({kind}, converted)")
     raise FileNotFoundError(
         f"{tok_dir}: no tokenizer.json, sentencepiece or tiktoken tokenizer.model: "
-        "--model (or --tokenizer) must hold a Hugging Face tokenizer")
+        "--model (or --tokenizer) must hold a Hugging Face tokenizer"
+    )
 
 
 def _check_remote_code(tok_dir: pathlib.Path, config: dict[str, Any], trusted: bool) -> None:
@@ -111,9 +141,15 @@ def _check_remote_code(tok_dir: pathlib.Path, config: dict[str, Any], trusted: b
         raise ValueError(
             "Failed to load the tokenizer. If the tokenizer is a custom tokenizer not yet "
             "available in the HuggingFace transformers library, consider setting "
-            "`trust_remote_code=True` in LLM or using the `--trust-remote-code` flag in the CLI.")
+            "`trust_remote_code=True` in LLM or using the `--trust-remote-code` flag in the CLI."
+        )
     if not (tok_dir / "tokenizer.json").exists():
-        raise ValueError(f"{tok_dir}: the tokenizer is custom code ({custom}) without a "
-                         "tokenizer.json; this frontend does not run tokenizer code")
-    log.warning("tokenizer_config.json names custom tokenizer code (%s): serving its "
-                "tokenizer.json instead (--trust-remote-code)", custom)
+        raise ValueError(
+            f"{tok_dir}: the tokenizer is custom code ({custom}) without a "
+            "tokenizer.json; this frontend does not run tokenizer code"
+        )
+    log.warning(
+        "tokenizer_config.json names custom tokenizer code (%s): serving its "
+        "tokenizer.json instead (--trust-remote-code)",
+        custom,
+    )

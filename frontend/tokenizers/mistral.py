@@ -49,16 +49,26 @@ def load(tok_dir: pathlib.Path) -> LoadedTokenizer:
         found = sorted(p.name for p in tok_dir.glob("tokenizer.model.v*"))
         raise ValueError(
             f"--tokenizer-mode mistral: {tok_dir} has no tekken.json"
-            + (f" (sentencepiece Mistral tokenizers such as {found[0]} are not served by "
-               "this frontend)" if found else ""))
+            + (
+                f" (sentencepiece Mistral tokenizers such as {found[0]} are not served by "
+                "this frontend)"
+                if found
+                else ""
+            )
+        )
     data = json.loads(path.read_text(encoding="utf-8"))
     tokenizer, specials = convert(data)
     kept = {i for i, text in enumerate(specials) if text in KEPT_SPECIALS}
     config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": PARSING_TEMPLATE}
     renderer = ChatRenderer(path)
-    return LoadedTokenizer(tokenizer, config, "tekken.json (mistral_common chat rendering)",
-                           mode="mistral", render_chat=renderer.render,
-                           skip_ids=frozenset(range(len(specials))) - kept)
+    return LoadedTokenizer(
+        tokenizer,
+        config,
+        "tekken.json (mistral_common chat rendering)",
+        mode="mistral",
+        render_chat=renderer.render,
+        skip_ids=frozenset(range(len(specials))) - kept,
+    )
 
 
 def convert(data: dict[str, Any]) -> tuple[Tokenizer, list[str]]:
@@ -75,8 +85,11 @@ def convert(data: dict[str, Any]) -> tuple[Tokenizer, list[str]]:
 
     merges = []
     for token, rank in ranks.items():
-        local = [(token[:i], token[i:], rank) for i in range(1, len(token))
-                 if token[:i] in ranks and token[i:] in ranks]
+        local = [
+            (token[:i], token[i:], rank)
+            for i in range(1, len(token))
+            if token[:i] in ranks and token[i:] in ranks
+        ]
         local.sort(key=lambda m: (ranks[m[0]], ranks[m[1]]))
         merges.extend(local)
     merges.sort(key=lambda m: m[2])
@@ -89,30 +102,69 @@ def convert(data: dict[str, Any]) -> tuple[Tokenizer, list[str]]:
     vocab.update((content, i) for i, content in enumerate(specials))
     spec = {
         "version": "1.0",
-        "added_tokens": [{"id": i, "content": content, "single_word": False, "lstrip": False,
-                          "rstrip": False, "normalized": False, "special": True}
-                         for i, content in enumerate(specials)],
+        "added_tokens": [
+            {
+                "id": i,
+                "content": content,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i, content in enumerate(specials)
+        ],
         "normalizer": None,
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": cfg["pattern"]}, "behavior": "Isolated",
-             "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-             "use_regex": False}]},
-        "post_processor": {"type": "TemplateProcessing",
-                           "single": [{"SpecialToken": {"id": specials[1], "type_id": 0}},
-                                      {"Sequence": {"id": "A", "type_id": 0}}],
-                           "pair": [{"SpecialToken": {"id": specials[1], "type_id": 0}},
-                                    {"Sequence": {"id": "A", "type_id": 0}},
-                                    {"Sequence": {"id": "B", "type_id": 1}}],
-                           "special_tokens": {specials[1]: {"id": specials[1], "ids": [1],
-                                                            "tokens": [specials[1]]}}},
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                    "use_regex": False},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
-                  "vocab": vocab,
-                  "merges": [[text(a), text(b)] for a, b, _ in merges]},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": cfg["pattern"]},
+                    "behavior": "Isolated",
+                    "invert": False,
+                },
+                {
+                    "type": "ByteLevel",
+                    "add_prefix_space": False,
+                    "trim_offsets": True,
+                    "use_regex": False,
+                },
+            ],
+        },
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [
+                {"SpecialToken": {"id": specials[1], "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+            ],
+            "pair": [
+                {"SpecialToken": {"id": specials[1], "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"Sequence": {"id": "B", "type_id": 1}},
+            ],
+            "special_tokens": {
+                specials[1]: {"id": specials[1], "ids": [1], "tokens": [specials[1]]}
+            },
+        },
+        "decoder": {
+            "type": "ByteLevel",
+            "add_prefix_space": False,
+            "trim_offsets": True,
+            "use_regex": False,
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": True,
+            "vocab": vocab,
+            "merges": [[text(a), text(b)] for a, b, _ in merges],
+        },
     }
     tokenizer = Tokenizer.from_str(json.dumps(spec))
     tokenizer.encode_special_tokens = True  # tekken never reads control tokens from text
@@ -137,13 +189,17 @@ class ChatRenderer:
     def _start(self) -> None:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "frontend.tokenizers.mistral_worker", str(self.path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ},
-            start_new_session=False)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ},
+            start_new_session=False,
+        )
         ready = self._read()
         if ready.get("error"):
             raise ValueError(f"--tokenizer-mode mistral: {ready['error']}")
-        log.info("mistral_common chat renderer: worker pid %d (%s)", self._proc.pid,
-                 ready.get("version"))
+        log.info(
+            "mistral_common chat renderer: worker pid %d (%s)", self._proc.pid, ready.get("version")
+        )
 
     def _read(self) -> dict[str, Any]:
         assert self._proc is not None and self._proc.stdout is not None
@@ -152,13 +208,24 @@ class ChatRenderer:
             raise ConnectionError("the mistral_common worker exited")
         return self._decoder.decode(self._proc.stdout.read(int.from_bytes(header, "little")))
 
-    def render(self, messages: list[dict[str, Any]], *, tools: list | None,
-               add_generation_prompt: bool, continue_final_message: bool,
-               reasoning_effort: str | None) -> list[int]:
-        request = self._encoder.encode({
-            "messages": messages, "tools": tools, "add_generation_prompt": add_generation_prompt,
-            "continue_final_message": continue_final_message,
-            "reasoning_effort": reasoning_effort})
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list | None,
+        add_generation_prompt: bool,
+        continue_final_message: bool,
+        reasoning_effort: str | None,
+    ) -> list[int]:
+        request = self._encoder.encode(
+            {
+                "messages": messages,
+                "tools": tools,
+                "add_generation_prompt": add_generation_prompt,
+                "continue_final_message": continue_final_message,
+                "reasoning_effort": reasoning_effort,
+            }
+        )
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 self._start()

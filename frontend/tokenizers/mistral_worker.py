@@ -31,22 +31,30 @@ def _render(tokenizer: Any, request: dict[str, Any]) -> list[int]:
 
     messages = request["messages"]
     if request["add_generation_prompt"] and request["continue_final_message"]:
-        raise ValueError("Cannot set both `add_generation_prompt` and "
-                         "`continue_final_message` to True.")
+        raise ValueError(
+            "Cannot set both `add_generation_prompt` and `continue_final_message` to True."
+        )
     last_role = messages[-1].get("role") if messages else None
     if request["add_generation_prompt"] and last_role == "assistant":
-        raise ValueError("Cannot set `add_generation_prompt` to True when the last message is "
-                         "from the assistant. Consider using `continue_final_message` instead.")
+        raise ValueError(
+            "Cannot set `add_generation_prompt` to True when the last message is "
+            "from the assistant. Consider using `continue_final_message` instead."
+        )
     if request["continue_final_message"] and last_role != "assistant":
-        raise ValueError("Cannot set `continue_final_message` to True when the last message "
-                         "is not from the assistant.")
+        raise ValueError(
+            "Cannot set `continue_final_message` to True when the last message "
+            "is not from the assistant."
+        )
     kwargs = {}
     version = int(str(tokenizer.instruct_tokenizer.tokenizer.version.value).split("v")[-1])
     if version >= 15:
         kwargs["reasoning_effort"] = request.get("reasoning_effort")
     chat = ChatCompletionRequest.from_openai(
-        messages=messages, tools=request.get("tools"),
-        continue_final_message=request["continue_final_message"], **kwargs)
+        messages=messages,
+        tools=request.get("tools"),
+        continue_final_message=request["continue_final_message"],
+        **kwargs,
+    )
     return list(tokenizer.encode_chat_completion(chat).tokens)
 
 
@@ -60,8 +68,7 @@ def main(argv: list[str]) -> int:
 
         tokenizer = MistralTokenizer.from_file(argv[0], mode=ValidationMode.test)
     except Exception as e:  # missing package or a file it refuses: tell the frontend
-        _write(out, {"error": f"mistral_common cannot load {argv[0]}: "
-                              f"{type(e).__name__}: {e}"})
+        _write(out, {"error": f"mistral_common cannot load {argv[0]}: {type(e).__name__}: {e}"})
         return 1
     _write(out, {"version": f"mistral_common {mistral_common.__version__}"})
     decoder = msgspec.msgpack.Decoder()

@@ -21,8 +21,12 @@ from typing import Any
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 # Tokenizer classes converted as transformers' LlamaTokenizer converts them.
-LLAMA_CLASSES = {"LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer",
-                 "CodeLlamaTokenizerFast"}
+LLAMA_CLASSES = {
+    "LlamaTokenizer",
+    "LlamaTokenizerFast",
+    "CodeLlamaTokenizer",
+    "CodeLlamaTokenizerFast",
+}
 LLAMA_MODEL_TYPES = {"llama", "mistral"}
 
 # sentencepiece_model.proto piece types
@@ -70,13 +74,13 @@ def read_model(data: bytes) -> SpmModel:
                 elif n == 35:
                     model.byte_fallback = bool(v)
                 elif n in (40, 41, 42):
-                    setattr(model, {40: "unk_id", 41: "bos_id", 42: "eos_id"}[n],
-                            _signed32(v))
+                    setattr(model, {40: "unk_id", 41: "bos_id", 42: "eos_id"}[n], _signed32(v))
     return model
 
 
-def convert(path: pathlib.Path, tokenizer_config: dict[str, Any],
-            model_type: str | None) -> Tokenizer:
+def convert(
+    path: pathlib.Path, tokenizer_config: dict[str, Any], model_type: str | None
+) -> Tokenizer:
     """``tokenizer.model`` -> the fast tokenizer transformers would build.
     Raises ValueError for a tokenizer class this frontend cannot convert."""
     cls = tokenizer_config.get("tokenizer_class")
@@ -84,17 +88,22 @@ def convert(path: pathlib.Path, tokenizer_config: dict[str, Any],
         raise ValueError(
             f"{path}: a sentencepiece tokenizer of class {cls or model_type!r} without a "
             "tokenizer.json; this frontend converts Llama-family sentencepiece tokenizers "
-            f"({', '.join(sorted(LLAMA_CLASSES))}): add the model's tokenizer.json")
+            f"({', '.join(sorted(LLAMA_CLASSES))}): add the model's tokenizer.json"
+        )
     spm = read_model(path.read_bytes())
     vocab = {piece: i for i, (piece, _, _) in enumerate(spm.pieces)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=_merges(vocab), fuse_unk=True,
-                                     byte_fallback=True, dropout=None))
+    tokenizer = Tokenizer(
+        models.BPE(
+            vocab=vocab, merges=_merges(vocab), fuse_unk=True, byte_fallback=True, dropout=None
+        )
+    )
     legacy = tokenizer_config.get("legacy", False)
     add_prefix_space = tokenizer_config.get("add_prefix_space")
     add_prefix_space = True if add_prefix_space is None else add_prefix_space
     scheme = ("first" if not legacy else "always") if add_prefix_space else "never"
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme,
-                                                       split=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="▁", prepend_scheme=scheme, split=False
+    )
     steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     if add_prefix_space:
         steps.append(decoders.Strip(content=" ", left=1))
@@ -108,8 +117,11 @@ def special_tokens(spm_path: pathlib.Path) -> dict[str, str]:
     """bos/eos/unk token texts of the model (for a config that names none)."""
     spm = read_model(spm_path.read_bytes())
     out = {}
-    for key, index in (("bos_token", spm.bos_id), ("eos_token", spm.eos_id),
-                       ("unk_token", spm.unk_id)):
+    for key, index in (
+        ("bos_token", spm.bos_id),
+        ("eos_token", spm.eos_id),
+        ("unk_token", spm.unk_id),
+    ):
         if 0 <= index < len(spm.pieces):
             out[key] = spm.pieces[index][0]
     return out
@@ -120,8 +132,11 @@ def _merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
     pieces, ordered by the merged piece's id, then the parts' lengths."""
     merges = []
     for merged, merged_id in vocab.items():
-        local = [(merged[:i], merged[i:]) for i in range(1, len(merged))
-                 if merged[:i] in vocab and merged[i:] in vocab]
+        local = [
+            (merged[:i], merged[i:])
+            for i in range(1, len(merged))
+            if merged[:i] in vocab and merged[i:] in vocab
+        ]
         local.sort(key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
         merges.extend((left, right, merged_id) for left, right in local)
     merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])))
@@ -133,20 +148,38 @@ def _add_tokens(tokenizer: Tokenizer, spm: SpmModel, config: dict[str, Any]) -> 
     added_tokens_decoder (ids already in the vocabulary keep their id). The
     tokens the config names (bos, eos, unk, pad ...) are special, as in
     transformers."""
-    named = {_content(config.get(key)) for key in ("bos_token", "eos_token", "unk_token",
-                                                   "pad_token", "sep_token", "cls_token",
-                                                   "mask_token")}
+    named = {
+        _content(config.get(key))
+        for key in (
+            "bos_token",
+            "eos_token",
+            "unk_token",
+            "pad_token",
+            "sep_token",
+            "cls_token",
+            "mask_token",
+        )
+    }
     named |= {_content(t) for t in config.get("additional_special_tokens") or []}
-    tokens = [AddedToken(piece, normalized=False, special=kind == _CONTROL or piece in named)
-              for piece, _, kind in spm.pieces if kind in (_CONTROL, _USER_DEFINED)]
-    for _, spec in sorted((config.get("added_tokens_decoder") or {}).items(),
-                          key=lambda item: int(item[0])):
+    tokens = [
+        AddedToken(piece, normalized=False, special=kind == _CONTROL or piece in named)
+        for piece, _, kind in spm.pieces
+        if kind in (_CONTROL, _USER_DEFINED)
+    ]
+    for _, spec in sorted(
+        (config.get("added_tokens_decoder") or {}).items(), key=lambda item: int(item[0])
+    ):
         if isinstance(spec, dict):
-            tokens.append(AddedToken(spec["content"], special=spec.get("special", False),
-                                     normalized=spec.get("normalized", False),
-                                     lstrip=spec.get("lstrip", False),
-                                     rstrip=spec.get("rstrip", False),
-                                     single_word=spec.get("single_word", False)))
+            tokens.append(
+                AddedToken(
+                    spec["content"],
+                    special=spec.get("special", False),
+                    normalized=spec.get("normalized", False),
+                    lstrip=spec.get("lstrip", False),
+                    rstrip=spec.get("rstrip", False),
+                    single_word=spec.get("single_word", False),
+                )
+            )
     tokenizer.add_tokens(tokens)
 
 
@@ -155,13 +188,16 @@ def _post_processor(tokenizer: Tokenizer, spm: SpmModel, config: dict[str, Any])
     eos = _content(config.get("eos_token")) or _piece(spm, spm.eos_id)
     add_bos = bool(config.get("add_bos_token", False)) and bos is not None
     add_eos = bool(config.get("add_eos_token", False)) and eos is not None
-    single = " ".join([*([f"{bos}:0"] if add_bos else []), "$A:0",
-                       *([f"{eos}:0"] if add_eos else [])])
-    pair = " ".join([single, *([f"{bos}:1"] if add_bos else []), "$B:1",
-                     *([f"{eos}:1"] if add_eos else [])])
+    single = " ".join(
+        [*([f"{bos}:0"] if add_bos else []), "$A:0", *([f"{eos}:0"] if add_eos else [])]
+    )
+    pair = " ".join(
+        [single, *([f"{bos}:1"] if add_bos else []), "$B:1", *([f"{eos}:1"] if add_eos else [])]
+    )
     special = [(t, tokenizer.token_to_id(t)) for t, on in ((bos, add_bos), (eos, add_eos)) if on]
-    tokenizer.post_processor = processors.TemplateProcessing(single=single, pair=pair,
-                                                             special_tokens=special)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=single, pair=pair, special_tokens=special
+    )
 
 
 def _content(value: Any) -> str | None:
@@ -198,12 +234,12 @@ def _fields(data: bytes):
         if wire == 0:
             value, pos = _varint(data, pos)
         elif wire == 1:
-            value, pos = data[pos:pos + 8], pos + 8
+            value, pos = data[pos : pos + 8], pos + 8
         elif wire == 2:
             length, pos = _varint(data, pos)
-            value, pos = data[pos:pos + length], pos + length
+            value, pos = data[pos : pos + length], pos + length
         elif wire == 5:
-            value, pos = data[pos:pos + 4], pos + 4
+            value, pos = data[pos : pos + 4], pos + 4
         else:
             raise ValueError(f"protobuf wire type {wire} not expected")
         yield number, value

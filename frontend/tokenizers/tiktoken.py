@@ -20,8 +20,10 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from frontend.bytelevel import BYTE_CHAR
 
 # transformers' TikTokenConverter default pattern.
-PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}"""
-           r"""\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}"""
+    r"""\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 # transformers' name for a tiktoken file it never tries as sentencepiece.
 LEGACY_NAME = "tiktoken.model"
 
@@ -46,20 +48,31 @@ def convert(path: pathlib.Path, tokenizer_config: dict[str, Any]) -> Tokenizer:
     merges: list[tuple[bytes, bytes, int]] = []
     for token, rank in ranks.items():
         vocab[text(token)] = rank
-        local = [(token[:i], token[i:], rank) for i in range(1, len(token))
-                 if token[:i] in ranks and token[i:] in ranks]
+        local = [
+            (token[:i], token[i:], rank)
+            for i in range(1, len(token))
+            if token[:i] in ranks and token[i:] in ranks
+        ]
         local.sort(key=lambda m: (ranks[m[0]], ranks[m[1]]))
         merges.extend(local)
     merges.sort(key=lambda m: m[2])
-    tokenizer = Tokenizer(models.BPE(vocab, [(text(a), text(b)) for a, b, _ in merges],
-                                     fuse_unk=False))
+    tokenizer = Tokenizer(
+        models.BPE(vocab, [(text(a), text(b)) for a, b, _ in merges], fuse_unk=False)
+    )
     tokenizer.model.ignore_merges = True
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens([AddedToken(t, normalized=False, special=True)
-                                  for t in _extra_special_tokens(tokenizer_config, len(ranks))])
+    tokenizer.add_special_tokens(
+        [
+            AddedToken(t, normalized=False, special=True)
+            for t in _extra_special_tokens(tokenizer_config, len(ranks))
+        ]
+    )
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     return tokenizer
 
@@ -68,13 +81,14 @@ def _extra_special_tokens(config: dict[str, Any], base_size: int) -> list[str]:
     """transformers' _convert_from_tiktoken: added tokens past the file's ranks,
     contiguous from ``base_size`` (placeholders fill the gaps), then the config's
     ``extra_special_tokens``."""
-    added = {int(i): (t["content"] if isinstance(t, dict) else str(t))
-             for i, t in (config.get("added_tokens_decoder") or {}).items()}
+    added = {
+        int(i): (t["content"] if isinstance(t, dict) else str(t))
+        for i, t in (config.get("added_tokens_decoder") or {}).items()
+    }
     extra = config.get("extra_special_tokens") or []
     if isinstance(extra, dict):
         extra = list(extra)
     if added and max(added) >= base_size:
-        filled = [added.get(i, f"<|reserved_token_{i}|>")
-                  for i in range(base_size, max(added) + 1)]
+        filled = [added.get(i, f"<|reserved_token_{i}|>") for i in range(base_size, max(added) + 1)]
         return filled + [t for t in extra if t not in set(filled)]
     return list(extra)

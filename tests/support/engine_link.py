@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 import zmq
 
-from frontend.engine_client import EngineClient, derive_addresses
+from frontend.engine_addresses import derive_addresses
+from frontend.engine_client import EngineClient
 from frontend.engine_handshake import HandshakeServer
 
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from frontend import structured as so
-from frontend.fanout import Group
+from frontend.choices import Group
 from frontend.model import load_model_info
 from frontend.openai import tooling
 from frontend.openai.chat import ChatCompletionRequest, ChatView

@@ -104,7 +104,8 @@ def micro(concurrency: int, tokens: int, repeats: int) -> dict[str, float]:
 
     Each figure is the best of ``repeats`` runs.
     """
-    from frontend.fanout import Group, Table
+    from frontend.choices import Group
+    from frontend.fanout import Table
     from frontend.model import load_model_info
     from frontend.openai.completions import CompletionRequest
     from frontend.openai.sampling import build_sampling_params

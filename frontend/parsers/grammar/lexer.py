@@ -55,8 +55,9 @@ class LexerShape:
         # (literal text, terminal name); longest literal wins a match.
         self.literals = [(text, name) for text, name in literals if text]
         self.first_chars = frozenset(text[0] for text, _ in self.literals)
-        self.prefixes = frozenset(text[:i] for text, _ in self.literals
-                                  for i in range(1, len(text)))
+        self.prefixes = frozenset(
+            text[:i] for text, _ in self.literals for i in range(1, len(text))
+        )
         self.by_first: dict[str, list[tuple[str, str]]] = {}
         for text, name in self.literals:
             self.by_first.setdefault(text[0], []).append((text, name))
@@ -74,8 +75,9 @@ class Lexer:
         self.buffer = ""
         self._counts.clear()
 
-    def feed(self, text: str, token_texts: tuple[str, ...] = (),
-             token_count: int = 0) -> list[LexToken]:
+    def feed(
+        self, text: str, token_texts: tuple[str, ...] = (), token_count: int = 0
+    ) -> list[LexToken]:
         counts = _char_token_counts(text, token_texts, token_count)
         first = self.shape.first_chars
         if not self.buffer and first and first.isdisjoint(text):
@@ -115,8 +117,8 @@ class Lexer:
                 # The buffer could still become a (longer) terminal: wait,
                 # unless it already is one and nothing longer can follow.
                 if best is not None and not any(
-                        len(text) > len(best[0]) and text.startswith(buf)
-                        for text, _ in candidates):
+                    len(text) > len(best[0]) and text.startswith(buf) for text, _ in candidates
+                ):
                     tokens.append(self._take(best[1], len(best[0])))
                     continue
                 break
@@ -245,8 +247,9 @@ class TokenScanner:
         self.reset()
         return results
 
-    def _resolve_deferred(self, delta_text: str,
-                          token_count: int) -> tuple[list[TextChunk | IdTerminal], str, int]:
+    def _resolve_deferred(
+        self, delta_text: str, token_count: int
+    ) -> tuple[list[TextChunk | IdTerminal], str, int]:
         """Place deferred terminals in the newly arrived text."""
         deferred, prefix_counts = self.deferred, self._deferred_prefix_counts
         trailing = self._deferred_trailing_count
@@ -262,7 +265,7 @@ class TokenScanner:
                 if pos > 0:
                     results.append(TextChunk(remaining[:pos], token_count=before))
                 results.append(terminal)
-                remaining = remaining[pos + len(terminal.text):]
+                remaining = remaining[pos + len(terminal.text) :]
                 continue
             # Still not there: keep accumulating text until it is.
             if remaining:
@@ -276,8 +279,9 @@ class TokenScanner:
             trailing = 0
         return results, remaining, trailing
 
-    def _recover_holdback(self, delta_text: str, results: list[TextChunk | IdTerminal]
-                          ) -> list[TextChunk | IdTerminal]:
+    def _recover_holdback(
+        self, delta_text: str, results: list[TextChunk | IdTerminal]
+    ) -> list[TextChunk | IdTerminal]:
         """Align the per-token texts with the detokenizer's text for this step.
 
         The detokenizer may release held-back text (from earlier tokens) at
@@ -295,8 +299,9 @@ class TokenScanner:
             return results
         return self._rebuild_from_anchors(delta_text, results)
 
-    def _rebuild_from_anchors(self, delta_text: str, results: list[TextChunk | IdTerminal]
-                              ) -> list[TextChunk | IdTerminal]:
+    def _rebuild_from_anchors(
+        self, delta_text: str, results: list[TextChunk | IdTerminal]
+    ) -> list[TextChunk | IdTerminal]:
         """Re-split ``delta_text`` around the id terminals found in it.
 
         Each terminal binds to the rightmost occurrence of its text before the
@@ -328,12 +333,13 @@ class TokenScanner:
             pos = positions[i]
             if pos >= consumed:
                 if pos > consumed:
-                    rebuilt.append(TextChunk(delta_text[consumed:pos], tuple(groups[i]),
-                                             group_counts[i]))
+                    rebuilt.append(
+                        TextChunk(delta_text[consumed:pos], tuple(groups[i]), group_counts[i])
+                    )
                 rebuilt.append(anchor)
                 consumed = pos + len(anchor.text)
                 continue
-            later_found = any(p >= 0 for p in positions[i + 1:])
+            later_found = any(p >= 0 for p in positions[i + 1 :])
             # A dropped token's text (e.g. EOS) may never arrive: do not hold
             # the rest of the text back waiting for it.
             if not later_found and consumed < len(delta_text) and anchor.terminal != DROP:

@@ -36,8 +36,7 @@ class State(Enum):
     TOOL_BETWEEN = auto()
 
 
-TOOL_STATES = frozenset({State.TOOL_PREAMBLE, State.TOOL_NAME, State.TOOL_ARGS,
-                         State.TOOL_BETWEEN})
+TOOL_STATES = frozenset({State.TOOL_PREAMBLE, State.TOOL_NAME, State.TOOL_ARGS, State.TOOL_BETWEEN})
 PLAIN_STATES = frozenset({State.CONTENT, State.REASONING})
 
 
@@ -59,8 +58,12 @@ class Event:
     token_count: int = 0
 
 
-CONTENT_EVENTS = {State.CONTENT: Ev.TEXT, State.REASONING: Ev.REASONING,
-                  State.TOOL_NAME: Ev.TOOL_NAME, State.TOOL_ARGS: Ev.ARGS}
+CONTENT_EVENTS = {
+    State.CONTENT: Ev.TEXT,
+    State.REASONING: Ev.REASONING,
+    State.TOOL_NAME: Ev.TOOL_NAME,
+    State.TOOL_ARGS: Ev.ARGS,
+}
 
 
 @dataclass(frozen=True)
@@ -91,11 +94,15 @@ class _Compiled:
 
     def __init__(self, grammar: Grammar, tokenizer: ParserTokenizer) -> None:
         vocab = tokenizer.vocab
-        self.id_terminals = {vocab[text]: name for name, text in grammar.id_terminals.items()
-                             if text in vocab}
+        self.id_terminals = {
+            vocab[text]: name for name, text in grammar.id_terminals.items() if text in vocab
+        }
         configured = set(grammar.id_terminals.values()) | set(grammar.terminals.values())
-        drops = {text: token_id for text, token_id in tokenizer.special_tokens.items()
-                 if text not in configured}
+        drops = {
+            text: token_id
+            for text, token_id in tokenizer.special_tokens.items()
+            if text not in configured
+        }
         literals = grammar.literals()
         for text, token_id in drops.items():
             self.id_terminals[token_id] = DROP
@@ -105,11 +112,15 @@ class _Compiled:
         self.shape = LexerShape(literals)
         transitions = grammar.transitions
         self.tool_terminals = frozenset(
-            term for (state, term), (nxt, _) in transitions.items()
-            if nxt in TOOL_STATES or state in TOOL_STATES)
+            term
+            for (state, term), (nxt, _) in transitions.items()
+            if nxt in TOOL_STATES or state in TOOL_STATES
+        )
         self.tool_exit_terminals = frozenset(
-            term for (state, term), (nxt, _) in transitions.items()
-            if state in TOOL_STATES and nxt not in TOOL_STATES)
+            term
+            for (state, term), (nxt, _) in transitions.items()
+            if state in TOOL_STATES and nxt not in TOOL_STATES
+        )
         self.reasoning_markup = _reasoning_only_terminals(grammar)
 
 
@@ -117,12 +128,17 @@ def _reasoning_only_terminals(grammar: Grammar) -> frozenset[str]:
     """Terminals that only open/close reasoning (passed through as text when
     no reasoning parser runs); empty if any of them does more than that."""
     transitions = grammar.transitions
-    markers = frozenset(term for (state, term), (nxt, _) in transitions.items()
-                        if State.REASONING in (state, nxt) and nxt not in TOOL_STATES)
+    markers = frozenset(
+        term
+        for (state, term), (nxt, _) in transitions.items()
+        if State.REASONING in (state, nxt) and nxt not in TOOL_STATES
+    )
     for (state, term), (nxt, events) in transitions.items():
         if term in markers and (
-                state not in PLAIN_STATES or nxt not in PLAIN_STATES
-                or not set(events) <= {Ev.REASONING_END}):
+            state not in PLAIN_STATES
+            or nxt not in PLAIN_STATES
+            or not set(events) <= {Ev.REASONING_END}
+        ):
             return frozenset()
     return markers
 
@@ -130,8 +146,9 @@ def _reasoning_only_terminals(grammar: Grammar) -> frozenset[str]:
 class Machine:
     """Consumes (delta text, delta token ids) and produces :class:`Event` lists."""
 
-    def __init__(self, grammar: Grammar, tokenizer: ParserTokenizer,
-                 initial_state: State | None = None) -> None:
+    def __init__(
+        self, grammar: Grammar, tokenizer: ParserTokenizer, initial_state: State | None = None
+    ) -> None:
         self.grammar = grammar
         # Grammars are module-level singletons, so their id is a stable key.
         compiled = tokenizer.cache.get(("grammar", id(grammar)))
@@ -170,9 +187,13 @@ class Machine:
     def feed(self, delta_text: str, token_ids: Sequence[int]) -> list[Event]:
         if token_ids:
             self._had_token_ids = True
-        if (delta_text and not self._lexer.buffer and not self._scanner.deferred
-                and self._lexer.shape.first_chars.isdisjoint(delta_text)
-                and not any(t in self._id_terminals for t in token_ids)):
+        if (
+            delta_text
+            and not self._lexer.buffer
+            and not self._scanner.deferred
+            and self._lexer.shape.first_chars.isdisjoint(delta_text)
+            and not any(t in self._id_terminals for t in token_ids)
+        ):
             events = self._emit(delta_text, len(token_ids))
         else:
             items = self._scanner.scan(delta_text, token_ids)
@@ -216,8 +237,9 @@ class Machine:
             elif not item.text and item.token_count:
                 events.extend(self._emit("", item.token_count))
             else:
-                events.extend(self._on_tokens(
-                    self._lexer.feed(item.text, item.token_texts, item.token_count)))
+                events.extend(
+                    self._on_tokens(self._lexer.feed(item.text, item.token_texts, item.token_count))
+                )
         return events
 
     def _on_tokens(self, tokens: list[LexToken]) -> list[Event]:
@@ -259,15 +281,18 @@ class Machine:
                     self._in_skipped_tool_span = False
                 if Ev.REASONING_END in events:
                     self.state = State.CONTENT
-                    return [Event(Ev.REASONING_END, value, self.tool_index),
-                            Event(Ev.TEXT, value, self.tool_index)]
+                    return [
+                        Event(Ev.REASONING_END, value, self.tool_index),
+                        Event(Ev.TEXT, value, self.tool_index),
+                    ]
                 kind = self.grammar.content_events.get(self.state)
                 return [Event(kind, value, self.tool_index)] if kind is not None else []
 
         return self._apply(transition, value, token_count)
 
-    def _apply(self, transition: tuple[State, tuple[Ev, ...]], value: str,
-               token_count: int) -> list[Event]:
+    def _apply(
+        self, transition: tuple[State, tuple[Ev, ...]], value: str, token_count: int
+    ) -> list[Event]:
         next_state, kinds = transition
         events: list[Event] = []
         if self.state == State.TOOL_ARGS and next_state != State.TOOL_ARGS and self._args_buffer:

@@ -42,19 +42,26 @@ def mistral_grammar(reasoning: bool) -> Grammar:
         think = {"THINK_START": THINK_START, "THINK_END": THINK_END}
         terminals = {**think, **terminals}
         id_terminals = {**think, **id_terminals}
-        transitions.update({
-            (S.CONTENT, "THINK_START"): (S.REASONING, ()),
-            (S.REASONING, "THINK_START"): (S.REASONING, ()),
-            (S.REASONING, "THINK_END"): (S.CONTENT, (Ev.REASONING_END,)),
-            (S.CONTENT, "THINK_END"): (S.CONTENT, ()),
-            (S.REASONING, "TOOL_CALLS"): (S.TOOL_NAME, (Ev.REASONING_END, Ev.TOOL_START)),
-            (S.CONTENT, "TOOL_CALLS"): (S.TOOL_NAME, (Ev.REASONING_END, Ev.TOOL_START)),
-        })
+        transitions.update(
+            {
+                (S.CONTENT, "THINK_START"): (S.REASONING, ()),
+                (S.REASONING, "THINK_START"): (S.REASONING, ()),
+                (S.REASONING, "THINK_END"): (S.CONTENT, (Ev.REASONING_END,)),
+                (S.CONTENT, "THINK_END"): (S.CONTENT, ()),
+                (S.REASONING, "TOOL_CALLS"): (S.TOOL_NAME, (Ev.REASONING_END, Ev.TOOL_START)),
+                (S.CONTENT, "TOOL_CALLS"): (S.TOOL_NAME, (Ev.REASONING_END, Ev.TOOL_START)),
+            }
+        )
     else:
         transitions[(S.CONTENT, "TOOL_CALLS")] = (S.TOOL_NAME, (Ev.TOOL_START,))
-    return Grammar(name="mistral", terminals=terminals, id_terminals=id_terminals,
-                   transitions=transitions, initial_state=S.CONTENT,
-                   wait_for_reasoning=reasoning)
+    return Grammar(
+        name="mistral",
+        terminals=terminals,
+        id_terminals=id_terminals,
+        transitions=transitions,
+        initial_state=S.CONTENT,
+        wait_for_reasoning=reasoning,
+    )
 
 
 def is_supported_tokenizer(tokenizer: ParserTokenizer) -> bool:
@@ -64,11 +71,17 @@ def is_supported_tokenizer(tokenizer: ParserTokenizer) -> bool:
 
 
 class MistralParser(GrammarParser):
-    def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,
-                 tool_choice: object = None) -> None:
+    def __init__(
+        self,
+        tokenizer: ParserTokenizer,
+        tools: list[dict] | None = None,
+        tool_choice: object = None,
+    ) -> None:
         if not is_supported_tokenizer(tokenizer):
-            raise ValueError("the mistral parser needs a v11+ Mistral tokenizer (with the "
-                             f"{TOOL_CALLS} and {ARGS} tokens)")
+            raise ValueError(
+                "the mistral parser needs a v11+ Mistral tokenizer (with the "
+                f"{TOOL_CALLS} and {ARGS} tokens)"
+            )
         self.reasoning = THINK_START in tokenizer.vocab
         super().__init__(mistral_grammar(self.reasoning), tokenizer, tools, tool_choice)
 

@@ -13,13 +13,13 @@ import json
 import re
 from collections.abc import Sequence
 
-from frontend.parsers.grammar.machine import Ev, Event, Grammar, Machine, State
 from frontend.parsers.arguments import (
     coerce_arguments,
     find_tool_properties,
     stable_prefix,
     streamable_string_keys,
 )
+from frontend.parsers.grammar.machine import Ev, Event, Grammar, Machine, State
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.types import (
     UNSET,
@@ -49,17 +49,24 @@ _NAME_RE = re.compile(r'"name"\s*:\s*"([^"]*)"')
 class GrammarParser:
     """A grammar-driven parser for one choice's output."""
 
-    def __init__(self, grammar: Grammar, tokenizer: ParserTokenizer,
-                 tools: list[dict] | None = None, tool_choice: object = None) -> None:
+    def __init__(
+        self,
+        grammar: Grammar,
+        tokenizer: ParserTokenizer,
+        tools: list[dict] | None = None,
+        tool_choice: object = None,
+    ) -> None:
         self.grammar = grammar
         self.tokenizer = tokenizer
         self._tools = tools
         self._suppress_tool_calls = tool_choice == "none" and bool(tools)
         self._machine = Machine(grammar, tokenizer)
-        self._has_reasoning = ("THINK_END" in grammar.id_terminals
-                               or "THINK_START" in grammar.terminals
-                               or "THINK_END" in grammar.terminals
-                               or grammar.initial_state == State.REASONING)
+        self._has_reasoning = (
+            "THINK_END" in grammar.id_terminals
+            or "THINK_START" in grammar.terminals
+            or "THINK_END" in grammar.terminals
+            or grammar.initial_state == State.REASONING
+        )
         self.reasoning_ended = not self._has_reasoning
         self._streaming_initialized = False
         self._slots: list[_Slot] = []
@@ -72,8 +79,7 @@ class GrammarParser:
         end_text = grammar.id_terminals.get("THINK_END")
         self._start_id = vocab.get(start_text) if start_text else None
         self._end_id = vocab.get(end_text) if end_text else None
-        self._boundary_ids = frozenset(vocab[t] for t in grammar.turn_boundary_tokens
-                                       if t in vocab)
+        self._boundary_ids = frozenset(vocab[t] for t in grammar.turn_boundary_tokens if t in vocab)
         self._end_ids = self._reasoning_end_ids(vocab)
 
     # -- switches the composite flips ---------------------------------------------
@@ -137,11 +143,13 @@ class GrammarParser:
             reasoning = reasoning.rstrip()
         return reasoning or None, "".join(content_parts) or None
 
-    def extract_reasoning_streaming(self, delta_text: str,
-                                    token_ids: Sequence[int]) -> ParsedDelta | None:
+    def extract_reasoning_streaming(
+        self, delta_text: str, token_ids: Sequence[int]
+    ) -> ParsedDelta | None:
         self.initialize_streaming()
         return self._strip_trailing_reasoning(
-            self._events_to_delta(self._feed(delta_text, token_ids)))
+            self._events_to_delta(self._feed(delta_text, token_ids))
+        )
 
     def _reasoning_end_ids(self, vocab: dict[str, int]) -> frozenset[int]:
         """Token ids that end reasoning (empty if some end is text-only)."""
@@ -185,7 +193,7 @@ class GrammarParser:
         if self._end_id is not None:
             for i in range(len(token_ids) - 1, -1, -1):
                 if token_ids[i] == self._end_id:
-                    return token_ids[i + 1:]
+                    return token_ids[i + 1 :]
         if self._end_ids:
             turn_start = 0
             for i in range(len(token_ids) - 1, -1, -1):
@@ -208,10 +216,9 @@ class GrammarParser:
         if delta is not None and delta.reasoning is not UNSET and delta.reasoning is not None:
             combined = self._deferred_reasoning + delta.reasoning
             trimmed = combined.rstrip()
-            self._deferred_reasoning = combined[len(trimmed):]
+            self._deferred_reasoning = combined[len(trimmed) :]
             delta.reasoning = trimmed or None
-            if delta.reasoning is None and delta.content in (UNSET, None) \
-                    and not delta.tool_calls:
+            if delta.reasoning is None and delta.content in (UNSET, None) and not delta.tool_calls:
                 return None
         elif self._deferred_reasoning and self.reasoning_ended:
             self._deferred_reasoning = ""
@@ -226,14 +233,17 @@ class GrammarParser:
             info.content = parsed_content
         return info
 
-    def extract_tool_calls_streaming(self, delta_text: str,
-                                     token_ids: Sequence[int]) -> ParsedDelta | None:
+    def extract_tool_calls_streaming(
+        self, delta_text: str, token_ids: Sequence[int]
+    ) -> ParsedDelta | None:
         self.initialize_streaming(State.CONTENT)
         return self._strip_trailing_reasoning(
-            self._events_to_delta(self._feed(delta_text, token_ids)))
+            self._events_to_delta(self._feed(delta_text, token_ids))
+        )
 
-    def _single_pass(self, text: str, token_ids: Sequence[int], initial_state: State | None
-                     ) -> tuple[str | None, str | None, ExtractedToolCalls]:
+    def _single_pass(
+        self, text: str, token_ids: Sequence[int], initial_state: State | None
+    ) -> tuple[str | None, str | None, ExtractedToolCalls]:
         self._reset(initial_state)
         events = self._feed(text, token_ids)
         events.extend(self._machine.finish())
@@ -304,7 +314,7 @@ class GrammarParser:
             tool_deltas = _coalesce(tool_deltas)
 
         if self._deferred_content and (not seen_tool_event or not tool_deltas):
-            deferred_now = self._deferred_content[len(carried):]
+            deferred_now = self._deferred_content[len(carried) :]
             if carried:
                 content_parts.insert(0, carried)
             if deferred_now:
@@ -342,8 +352,9 @@ class GrammarParser:
     def _accept_tool_name(self, name: str) -> bool:
         return bool(name)
 
-    def _send_name(self, idx: int, deltas: list[DeltaToolCall], name: str | None,
-                   arguments: object = UNSET) -> bool:
+    def _send_name(
+        self, idx: int, deltas: list[DeltaToolCall], name: str | None, arguments: object = UNSET
+    ) -> bool:
         if name is None or not self._accept_tool_name(name):
             return False
         slot = self._slots[idx]
@@ -351,8 +362,9 @@ class GrammarParser:
         slot.name_sent = True
         slot.string_keys = streamable_string_keys(find_tool_properties(self._tools, name))
         self._ensure_tool_id(slot, name)
-        deltas.append(DeltaToolCall(idx, id=slot.id, type="function", name=name,
-                                    arguments=arguments))
+        deltas.append(
+            DeltaToolCall(idx, id=slot.id, type="function", name=name, arguments=arguments)
+        )
         return True
 
     def _on_args(self, event: Event, deltas: list[DeltaToolCall]) -> None:
@@ -409,7 +421,7 @@ class GrammarParser:
             return None
         if previous and not safe.startswith(previous):
             return None
-        piece = safe[len(previous):]
+        piece = safe[len(previous) :]
         if piece:
             slot.streamed_json = safe
             return piece
@@ -431,7 +443,7 @@ class GrammarParser:
             if previous and not final.startswith(previous):
                 return None
             slot.streamed_json = final
-            return final[len(previous):]
+            return final[len(previous) :]
         return None
 
     def _fix_arg_types(self, args_json: str, name: str) -> str:
@@ -495,7 +507,8 @@ class GrammarParser:
             if key in parsed:
                 value = parsed[key]
                 return name, value if isinstance(value, str) else json.dumps(
-                    value, ensure_ascii=False)
+                    value, ensure_ascii=False
+                )
         rest = {k: v for k, v in parsed.items() if k != "name"}
         return name, json.dumps(rest, ensure_ascii=False)
 

@@ -27,8 +27,8 @@ from frontend.parsers.grammar.parser import GrammarParser
 from frontend.parsers.tokenizer import ParserTokenizer
 
 _PARAM_RE = re.compile(
-    r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))",
-    re.DOTALL)
+    r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))", re.DOTALL
+)
 _OPEN_PARAM_RE = re.compile(r"<\s*parameter\s*=\s*([^>]+)>(.*)$", re.DOTALL)
 
 
@@ -59,14 +59,22 @@ def qwen3_grammar(thinking: bool) -> Grammar:
     return Grammar(
         name="qwen3",
         terminals={
-            "THINK_START": "<think>", "THINK_END": "</think>",
-            "TOOL_START": "<tool_call>", "TOOL_END": "</tool_call>",
-            "FUNC_PREFIX": "<function=", "FUNC_END": "</function>",
-            "PARAM_START": "<parameter=", "PARAM_END": "</parameter>",
+            "THINK_START": "<think>",
+            "THINK_END": "</think>",
+            "TOOL_START": "<tool_call>",
+            "TOOL_END": "</tool_call>",
+            "FUNC_PREFIX": "<function=",
+            "FUNC_END": "</function>",
+            "PARAM_START": "<parameter=",
+            "PARAM_END": "</parameter>",
             "CLOSE_ANGLE": ">",
         },
-        id_terminals={"THINK_START": "<think>", "THINK_END": "</think>",
-                      "TOOL_START": "<tool_call>", "TOOL_END": "</tool_call>"},
+        id_terminals={
+            "THINK_START": "<think>",
+            "THINK_END": "</think>",
+            "TOOL_START": "<tool_call>",
+            "TOOL_END": "</tool_call>",
+        },
         transitions={
             (S.REASONING, "THINK_START"): (S.REASONING, ()),
             (S.REASONING, "THINK_END"): (S.CONTENT, (Ev.REASONING_END,)),
@@ -101,8 +109,13 @@ def qwen3_grammar(thinking: bool) -> Grammar:
 class Qwen3Parser(GrammarParser):
     """Qwen3's grammar; ``enable_thinking=False`` starts in content."""
 
-    def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,
-                 tool_choice: object = None, chat_template_kwargs: dict | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: ParserTokenizer,
+        tools: list[dict] | None = None,
+        tool_choice: object = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> None:
         self.thinking = (chat_template_kwargs or {}).get("enable_thinking", True)
         super().__init__(qwen3_grammar(bool(self.thinking)), tokenizer, tools, tool_choice)
 

@@ -30,8 +30,9 @@ class ReasoningParser:
     # A grammar parser (vLLM's "engine-based"); see ToolParser.grammar_based.
     grammar_based: ClassVar[bool] = False
 
-    def __init__(self, tokenizer: ParserTokenizer,
-                 chat_template_kwargs: dict | None = None) -> None:
+    def __init__(
+        self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None
+    ) -> None:
         self.tokenizer = tokenizer
 
     @classmethod

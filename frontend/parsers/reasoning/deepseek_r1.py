@@ -20,8 +20,9 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
     start_token = "<think>"
     end_token = "</think>"
 
-    def __init__(self, tokenizer: ParserTokenizer,
-                 chat_template_kwargs: dict | None = None) -> None:
+    def __init__(
+        self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None
+    ) -> None:
         super().__init__(tokenizer, chat_template_kwargs)
         self.check_tokenizer(tokenizer)
         self.start_id = tokenizer.vocab[self.start_token]
@@ -30,8 +31,9 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
     @classmethod
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
         if cls.start_token not in tokenizer.vocab or cls.end_token not in tokenizer.vocab:
-            raise ValueError(f"the reasoning parser needs the {cls.start_token} and "
-                             f"{cls.end_token} tokens")
+            raise ValueError(
+                f"the reasoning parser needs the {cls.start_token} and {cls.end_token} tokens"
+            )
 
     def is_reasoning_end(self, token_ids: Sequence[int]) -> bool:
         for token_id in reversed(token_ids):
@@ -41,14 +43,15 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
                 return True
         return False
 
-    def is_reasoning_end_streaming(self, token_ids: Sequence[int],
-                                   delta_ids: Sequence[int]) -> bool:
+    def is_reasoning_end_streaming(
+        self, token_ids: Sequence[int], delta_ids: Sequence[int]
+    ) -> bool:
         return self.end_id in delta_ids
 
     def extract_content_ids(self, token_ids: list[int]) -> list[int]:
         if self.end_id not in token_ids[:-1]:
             return []
-        return token_ids[token_ids.index(self.end_id) + 1:]
+        return token_ids[token_ids.index(self.end_id) + 1 :]
 
     def extract(self, text: str) -> tuple[str | None, str | None]:
         before, start, after = text.partition(self.start_token)
@@ -58,9 +61,15 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
         reasoning, _, content = text.partition(self.end_token)
         return reasoning, content or None
 
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> ParsedDelta | None:
+    def extract_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> ParsedDelta | None:
         if len(delta_ids) == 1 and delta_ids[0] in (self.start_id, self.end_id):
             return None  # a lone marker token
         if self.start_id in previous_ids:
@@ -69,17 +78,20 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
             if self.end_id in delta_ids:
                 start = delta_text.find(self.start_token)
                 end = delta_text.find(self.end_token)
-                content = delta_text[end + len(self.end_token):]
-                return ParsedDelta(reasoning=delta_text[start + len(self.start_token):end],
-                             content=content or None)
+                content = delta_text[end + len(self.end_token) :]
+                return ParsedDelta(
+                    reasoning=delta_text[start + len(self.start_token) : end],
+                    content=content or None,
+                )
             return ParsedDelta(reasoning=delta_text)
         return ParsedDelta(content=delta_text)
 
-    def _after_start(self, delta_text: str, previous_ids: Sequence[int],
-                     delta_ids: Sequence[int]) -> ParsedDelta:
+    def _after_start(
+        self, delta_text: str, previous_ids: Sequence[int], delta_ids: Sequence[int]
+    ) -> ParsedDelta:
         if self.end_id in delta_ids:
             end = delta_text.find(self.end_token)
-            content = delta_text[end + len(self.end_token):]
+            content = delta_text[end + len(self.end_token) :]
             return ParsedDelta(reasoning=delta_text[:end], content=content or None)
         if self.end_id in previous_ids:
             return ParsedDelta(content=delta_text)
@@ -98,12 +110,18 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
 
 
 class DeepSeekR1ReasoningParser(ThinkTagsReasoningParser):
-
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> ParsedDelta | None:
-        delta = super().extract_streaming(previous_text, current_text, delta_text,
-                                          previous_ids, current_ids, delta_ids)
+    def extract_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> ParsedDelta | None:
+        delta = super().extract_streaming(
+            previous_text, current_text, delta_text, previous_ids, current_ids, delta_ids
+        )
         if delta is None or self.start_id in previous_ids or self.start_id in delta_ids:
             return delta
         # No <think> in the output: it was in the prompt, reasoning is on.

@@ -20,8 +20,9 @@ class GrammarReasoningParser(ReasoningParser):
     grammar_based = True
     keeps_special_tokens = True
 
-    def __init__(self, tokenizer: ParserTokenizer,
-                 chat_template_kwargs: dict | None = None) -> None:
+    def __init__(
+        self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None
+    ) -> None:
         super().__init__(tokenizer, chat_template_kwargs)
         self.chat_template_kwargs = chat_template_kwargs
         self.grammar_parser = self.make_grammar_parser()

@@ -18,8 +18,10 @@ class MistralReasoningParser(GrammarReasoningParser):
     @classmethod
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
         if not is_supported_tokenizer(tokenizer):
-            raise ValueError("the mistral reasoning parser needs a v11+ Mistral tokenizer "
-                             "(with the [TOOL_CALLS] and [ARGS] tokens)")
+            raise ValueError(
+                "the mistral reasoning parser needs a v11+ Mistral tokenizer "
+                "(with the [TOOL_CALLS] and [ARGS] tokens)"
+            )
 
     def make_grammar_parser(self) -> GrammarParser:
         return MistralParser(self.tokenizer)

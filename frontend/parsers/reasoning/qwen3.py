@@ -12,6 +12,5 @@ from frontend.parsers.reasoning.grammar_based import GrammarReasoningParser
 
 
 class Qwen3ReasoningParser(GrammarReasoningParser):
-
     def make_grammar_parser(self) -> GrammarParser:
         return Qwen3Parser(self.tokenizer, chat_template_kwargs=self.chat_template_kwargs)

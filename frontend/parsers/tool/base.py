@@ -49,8 +49,13 @@ class ToolParser:
     # grammar that knows reasoning markers leaves them in the text).
     skip_reasoning_parsing: bool = False
 
-    def __init__(self, tokenizer: ParserTokenizer, tools: list[dict] | None = None,
-                 tool_choice: object = None, chat_template_kwargs: dict | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: ParserTokenizer,
+        tools: list[dict] | None = None,
+        tool_choice: object = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.tools = tools or []
         self.tool_choice = tool_choice
@@ -82,9 +87,10 @@ class ToolParser:
         last = self.prev_tool_call_arr[index]
         args = last.get("arguments", {}) if isinstance(last, dict) else {}
         expected = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        sent = (self.streamed_args_for_tool[index]
-                if index < len(self.streamed_args_for_tool) else "")
-        return expected[len(sent):] if expected.startswith(sent) else ""
+        sent = (
+            self.streamed_args_for_tool[index] if index < len(self.streamed_args_for_tool) else ""
+        )
+        return expected[len(sent) :] if expected.startswith(sent) else ""
 
 
 def partial_tag_overlap(text: str, tag: str) -> int:

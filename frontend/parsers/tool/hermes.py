@@ -54,16 +54,25 @@ class HermesToolParser(TextSoFarToolParser):
                 name = obj["name"]
                 if not isinstance(name, str):
                     raise TypeError("tool name must be a string")
-                calls.append(ToolCall(name, json.dumps(obj["arguments"], ensure_ascii=False),
-                                      make_tool_call_id()))
+                calls.append(
+                    ToolCall(
+                        name, json.dumps(obj["arguments"], ensure_ascii=False), make_tool_call_id()
+                    )
+                )
         except Exception:  # any malformed call: the output is plain content
             return ExtractedToolCalls(False, [], text)
-        content = text[:text.find(START)]
+        content = text[: text.find(START)]
         return ExtractedToolCalls(True, calls, content or None)
 
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> ParsedDelta | None:
+    def extract_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> ParsedDelta | None:
         try:
             return self._stream_step(current_text)
         except Exception:
@@ -82,11 +91,12 @@ class HermesToolParser(TextSoFarToolParser):
                 if not m:
                     break  # calls go out in order: wait for this name
                 call["name"] = m.group(1)
-                deltas.append(DeltaToolCall(i, id=make_tool_call_id(), type="function",
-                                            name=m.group(1)))
+                deltas.append(
+                    DeltaToolCall(i, id=make_tool_call_id(), type="function", name=m.group(1))
+                )
             args = _raw_arguments(body, complete)
             if args is not None and len(args) > len(self.streamed_args_for_tool[i]):
-                piece = args[len(self.streamed_args_for_tool[i]):]
+                piece = args[len(self.streamed_args_for_tool[i]) :]
                 self.streamed_args_for_tool[i] = args
                 call["arguments"] = args
                 if piece:
@@ -100,7 +110,7 @@ class HermesToolParser(TextSoFarToolParser):
         start = text.find(START)
         end = start if start >= 0 else len(text) - partial_tag_overlap(text, START)
         if end > self._sent_content_end:
-            content = text[self._sent_content_end:end]
+            content = text[self._sent_content_end : end]
             self._sent_content_end = end
             return content
         return None
@@ -148,7 +158,7 @@ def _raw_arguments(body: str, complete: bool) -> str | None:
     m = _ARGS_RE.search(body)
     if not m:
         return None
-    raw = body[m.end():]
+    raw = body[m.end() :]
     if complete:
         raw = raw.rstrip()
         if raw.endswith("}"):

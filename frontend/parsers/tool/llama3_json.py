@@ -19,8 +19,8 @@ import re
 from collections.abc import Sequence
 
 from frontend.parsers.json_partial import loads_partial
-from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.text_so_far import TextSoFarToolParser
+from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.tool.base import is_complete_json
 from frontend.parsers.types import (
     DeltaToolCall,
@@ -63,17 +63,24 @@ class Llama3JsonToolParser(TextSoFarToolParser):
                 args = obj["arguments"] if "arguments" in obj else obj["parameters"]
                 if not isinstance(name, str):
                     raise TypeError("tool name must be a string")
-                calls.append(ToolCall(name, json.dumps(args, ensure_ascii=False),
-                                      make_tool_call_id()))
+                calls.append(
+                    ToolCall(name, json.dumps(args, ensure_ascii=False), make_tool_call_id())
+                )
             except Exception:
                 return ExtractedToolCalls(False, [], text)
         if calls:
             return ExtractedToolCalls(True, calls, None)
         return ExtractedToolCalls(False, [], text)
 
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> ParsedDelta | None:
+    def extract_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> ParsedDelta | None:
         if not (current_text.startswith(BOT) or current_text.startswith("{")):
             return ParsedDelta(content=delta_text)
         try:
@@ -90,7 +97,7 @@ class Llama3JsonToolParser(TextSoFarToolParser):
         pos = len(BOT) if text.startswith(BOT) else 0
         while pos < len(text):
             obj, length = loads_partial(text[pos:], allow_str)
-            complete.append(is_complete_json(text[pos:pos + length]))
+            complete.append(is_complete_json(text[pos : pos + length]))
             pos += length + len("; ")
             if "parameters" in obj:
                 if "arguments" in obj:
@@ -112,7 +119,8 @@ class Llama3JsonToolParser(TextSoFarToolParser):
                 args = current.get("arguments")
                 if args:
                     piece = json.dumps(args, ensure_ascii=False)[
-                        len(self.streamed_args_for_tool[self._current]):]
+                        len(self.streamed_args_for_tool[self._current]) :
+                    ]
                     delta = ParsedDelta(tool_calls=[DeltaToolCall(self._current, arguments=piece)])
                     self.streamed_args_for_tool[self._current] += piece
             self._current = len(calls) - 1
@@ -122,8 +130,13 @@ class Llama3JsonToolParser(TextSoFarToolParser):
         if not self._name_sent:
             name = current.get("name")
             if name:
-                delta = ParsedDelta(tool_calls=[DeltaToolCall(
-                    self._current, id=make_tool_call_id(), type="function", name=name)])
+                delta = ParsedDelta(
+                    tool_calls=[
+                        DeltaToolCall(
+                            self._current, id=make_tool_call_id(), type="function", name=name
+                        )
+                    ]
+                )
                 self._name_sent = True
         else:
             args = current.get("arguments")

@@ -21,8 +21,10 @@ class MistralToolParser(GrammarToolParser):
     @classmethod
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
         if not is_supported_tokenizer(tokenizer):
-            raise ValueError(f"the mistral tool parser needs a v11+ Mistral tokenizer (with "
-                             f"the {TOOL_CALLS} and [ARGS] tokens)")
+            raise ValueError(
+                f"the mistral tool parser needs a v11+ Mistral tokenizer (with "
+                f"the {TOOL_CALLS} and [ARGS] tokens)"
+            )
 
     def make_grammar_parser(self, chat_template_kwargs: dict | None) -> GrammarParser:
         return MistralParser(self.tokenizer, self.tools, self.tool_choice)

@@ -34,7 +34,6 @@ class _NotACall(Exception):
 
 
 class PythonicToolParser(TextSoFarToolParser):
-
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._current_index = -1  # the call being streamed
@@ -47,9 +46,15 @@ class PythonicToolParser(TextSoFarToolParser):
         except Exception:  # not valid Python, or not calls: plain content
             return ExtractedToolCalls(False, [], text)
 
-    def extract_streaming(self, previous_text: str, current_text: str, delta_text: str,
-                          previous_ids: Sequence[int], current_ids: Sequence[int],
-                          delta_ids: Sequence[int]) -> ParsedDelta | None:
+    def extract_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_ids: Sequence[int],
+        current_ids: Sequence[int],
+        delta_ids: Sequence[int],
+    ) -> ParsedDelta | None:
         if not current_text.startswith("["):
             return ParsedDelta(content=delta_text)
         try:
@@ -98,10 +103,10 @@ def _call_delta(sent: str, call: ToolCall, index: int, withheld: str) -> DeltaTo
     if withheld:
         if not args.endswith(withheld):
             raise ValueError("arguments do not end with the withheld text")
-        args = args[:-len(withheld)]
+        args = args[: -len(withheld)]
     if not sent:
         return DeltaToolCall(index, id=call.id, type="function", name=call.name, arguments=args)
-    piece = args[len(sent):]
+    piece = args[len(sent) :]
     return DeltaToolCall(index, id=None, arguments=piece) if piece else None
 
 
@@ -120,8 +125,9 @@ def _calls(text: str) -> list[ToolCall]:
 
 def _call(call: ast.Call) -> ToolCall:
     arguments = {kw.arg: _literal(kw.value) for kw in call.keywords}
-    return ToolCall(_dotted_name(call.func), json.dumps(arguments, ensure_ascii=False),
-                    make_tool_call_id())
+    return ToolCall(
+        _dotted_name(call.func), json.dumps(arguments, ensure_ascii=False), make_tool_call_id()
+    )
 
 
 def _dotted_name(node: ast.expr) -> str:
@@ -240,11 +246,11 @@ def close_python(text: str) -> tuple[str, str] | None:
     if text.endswith(("=", ":")):
         return None
     if stack and stack[-1] == "{":
-        before = text[:text.rfind("{")]
+        before = text[: text.rfind("{")]
         if before.count(":") <= before.count(","):
             return None
     if stack and stack[-1] == "(":
-        before = text[:text.rfind("(")]
+        before = text[: text.rfind("(")]
         if before.count("=") <= before.count(","):
             return None
     if text.endswith(","):
