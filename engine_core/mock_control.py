@@ -20,7 +20,7 @@ class MockControl:
     def __init__(self, addr: str, timeout: float = 5.0) -> None:
         self.addr = addr
         self.timeout = timeout
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context = zmq.Context.instance()
 
     def call(self, cmd: str, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
         """Send ``{"cmd": cmd, **fields}``; raises TimeoutError if no reply comes."""

@@ -14,6 +14,7 @@ decoding ends on a complete character.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -46,7 +47,8 @@ def is_byte_level(tokenizer: Tokenizer) -> bool:
     return decoder.get("type") == "ByteLevel"
 
 
-_MISS = object()
+# Typed Any so that ``table.get(id, _MISS)`` keeps the table's value type (a sentinel).
+_MISS: Any = object()
 
 
 class ByteLevelTexts:

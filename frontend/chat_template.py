@@ -276,6 +276,7 @@ def _strip_billing_header(parts: list[Any]) -> list[Any]:
     """vLLM drops Claude Code's per-request attribution line from system text."""
     out = []
     for part in parts:
+        text: Any
         if isinstance(part, str):
             text = part
         elif isinstance(part, dict) and part.get("type") == "text":

@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from frontend.errors import ApiError
+    from frontend.parsers.types import ParsedDelta
     from frontend.text import IncrementalDetokenizer, LogprobsState, Position
+    from protocol.arrays import NDArray
     from protocol.lora import LoRARequest
     from protocol.pooling import PoolingParams
     from protocol.sampling import SamplingParams
@@ -33,6 +35,8 @@ class Delta:
         "_texts",
         "parsed",
     )
+    # (left unset unless the choice has a parser; see __init__)
+    parsed: ParsedDelta | None
 
     def __init__(
         self,
@@ -76,7 +80,8 @@ class Delta:
         self._texts.append(text)
         self.token_ids += token_ids
         if logprobs is not None:
-            self.logprobs += logprobs
+            merged = cast("list[Position]", self.logprobs)  # (a choice's steps all have them)
+            merged += logprobs
         self.finish_reason = finish_reason
         self.stop_reason = stop_reason
 
@@ -154,11 +159,11 @@ class Choice:
         # with each delta as it is queued, returns what goes in ``delta.parsed``.
         # A parsed delta is never merged with later steps: the parser sees
         # each engine output as vLLM's serving layer does.
-        self.parser: Callable[[Delta], object] | None = None
+        self.parser: Callable[[Delta], ParsedDelta | None] | None = None
         # Streamed, plain text, no logprobs, every step due, no parser: most
         # steps take the table's lean path (set by add_choice).
         self.lean = False
-        self.pooled = None  # a pooling input's result: the engine's tensor (NDArray)
+        self.pooled: NDArray | None = None  # a pooling input's result: the engine's tensor
 
     @property
     def token_ids(self) -> list[int]:
@@ -169,12 +174,13 @@ class Choice:
         starts = self.weight_starts
         if not starts:
             return None
-        ends = [start for _, start in starts[1:]] + [len(self.detok.token_ids)]
+        detok = cast("IncrementalDetokenizer", self.detok)  # (weights start on generated tokens)
+        ends = [start for _, start in starts[1:]] + [len(detok.token_ids)]
         return [{"version": v, "start": s, "end": e} for (v, s), e in zip(starts, ends)]
 
     @property
     def text(self) -> str:
-        return self.detok.output_text
+        return cast("IncrementalDetokenizer", self.detok).output_text  # (a generating choice)
 
 
 class Group:

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import tempfile
+from typing import NoReturn
 
 from frontend import structured as so
 from frontend.engine_addresses import beyond_loopback, derive_addresses
@@ -498,7 +499,7 @@ def serve(model, addresses, config: ServerConfig) -> int:
     return uvloop.run(_run(Server(model, addresses, config, tracer)))
 
 
-def worker_main(spec: WorkerSpec) -> None:
+def worker_main(spec: WorkerSpec) -> NoReturn:
     """One of ``--api-server-count`` frontend processes (started by the supervisor);
     exits with the status a single frontend would."""
     become_worker()

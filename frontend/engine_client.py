@@ -27,9 +27,9 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -100,7 +100,7 @@ class EngineClient:
         in_flight: Callable[[int], int] | None = None,
         stall_timeout: float = 0.0,
         state_file: str | None = None,
-        hellos: Sequence[float] | None = None,
+        hellos: MutableSequence[float] | None = None,
         handshake_window: float = 600.0,
     ) -> None:
         """``hellos``: when each rank said HELLO (the handshake server's record);
@@ -125,7 +125,7 @@ class EngineClient:
         self.ranks = self.liveness.ranks
         self._on_outputs = on_outputs
         self.num_aborts_sent = 0  # engine ids in ABORT messages sent (for /metrics)
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context = zmq.Context.instance()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._input: zmq.Socket | None = None
         self._output: zmq.Socket | None = None
@@ -169,18 +169,21 @@ class EngineClient:
 
     # ------------------------------------------------------------ start-up
     def bind(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._input = self._socket(zmq.ROUTER, self.input_address, INPUT_RCVHWM, TCP_KEEPALIVE)
+        loop = self._loop = asyncio.get_running_loop()
+        inp = self._input = self._socket(
+            zmq.ROUTER, self.input_address, INPUT_RCVHWM, TCP_KEEPALIVE
+        )
         # A ROUTER silently drops messages for an unknown peer; make it raise.
-        self._input.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        inp.setsockopt(zmq.ROUTER_MANDATORY, 1)
         # (ROUTER_HANDOVER stays off but in a handshake window: set_handover)
-        self._output = self._socket(zmq.PULL, self.output_address, OUTPUT_RCVHWM)
-        for sock in (self._input, self._output):
+        out = self._output = self._socket(zmq.PULL, self.output_address, OUTPUT_RCVHWM)
+        # (zmq.FD's value is the int file descriptor)
+        for sock in (inp, out):
             monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             self._monitors.append(monitor)
-            self._loop.add_reader(monitor.getsockopt(zmq.FD), self._on_monitor_readable)
-        self._loop.add_reader(self._output.getsockopt(zmq.FD), self._on_output_readable)
-        self._loop.add_reader(self._input.getsockopt(zmq.FD), self._on_input_readable)
+            loop.add_reader(cast(int, monitor.getsockopt(zmq.FD)), self._on_monitor_readable)
+        loop.add_reader(cast(int, out.getsockopt(zmq.FD)), self._on_output_readable)
+        loop.add_reader(cast(int, inp.getsockopt(zmq.FD)), self._on_input_readable)
         # zmq's FD is edge-triggered and only signals once a read has found the
         # socket empty: drain everything once so that the first event wakes us.
         self._on_output_readable()
@@ -253,7 +256,7 @@ class EngineClient:
 
     def _on_input_readable(self) -> None:
         """Registrations: a rank's first (and only) message on this input socket."""
-        sock = self._input
+        sock = cast(zmq.Socket, self._input)  # (bound before any read)
         while True:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -275,7 +278,7 @@ class EngineClient:
     def reachable(self, rank: Rank) -> bool:
         """Whether a send to the rank's identity goes through (ROUTER_MANDATORY)."""
         try:
-            self._input.send_multipart([rank.identity, *_PROBE], zmq.NOBLOCK)
+            cast(zmq.Socket, self._input).send_multipart([rank.identity, *_PROBE], zmq.NOBLOCK)
             return True
         except zmq.ZMQError:
             return False
@@ -297,7 +300,9 @@ class EngineClient:
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
                 try:
-                    self._input.send_multipart([rank.identity, *frames], zmq.NOBLOCK)
+                    cast(zmq.Socket, self._input).send_multipart(
+                        [rank.identity, *frames], zmq.NOBLOCK
+                    )
                 except zmq.ZMQError:
                     pass  # EHOSTUNREACH: not connected (yet)
                 self._recheck_input()
@@ -334,7 +339,8 @@ class EngineClient:
             call_id = secrets.randbits(63)
             if call_id not in self._utility_calls:
                 break
-        call = self._utility_calls[call_id] = UtilityCall(call_id, rank, self._loop.create_future())
+        loop = cast(asyncio.AbstractEventLoop, self._loop)  # (bound before any call)
+        call = self._utility_calls[call_id] = UtilityCall(call_id, rank, loop.create_future())
         return call
 
     # ------------------------------------------------------------ sending
@@ -353,7 +359,7 @@ class EngineClient:
         target.pending_aborts.extend(request_ids)
         if not self._aborts_scheduled:
             self._aborts_scheduled = True
-            self._loop.call_soon(self._flush_aborts)
+            cast(asyncio.AbstractEventLoop, self._loop).call_soon(self._flush_aborts)
         return True
 
     def _flush_aborts(self) -> None:
@@ -405,7 +411,7 @@ class EngineClient:
         # and flag arithmetic cost more than the sends (small frames are
         # copied either way). Only the first send can fail (the ROUTER
         # refuses an unknown identity), so no partial message goes out.
-        send = self._input.send
+        send = cast(zmq.Socket, self._input).send  # (bound: a rank is alive)
         try:
             send(rank.identity, _NOBLOCK_MORE)
             for frame in frames[:-1]:
@@ -425,7 +431,7 @@ class EngineClient:
         the input socket once more after this loop iteration."""
         if not self._input_recheck:
             self._input_recheck = True
-            self._loop.call_soon(self._input_rechecked)
+            cast(asyncio.AbstractEventLoop, self._loop).call_soon(self._input_rechecked)
 
     def _input_rechecked(self) -> None:
         self._input_recheck = False
@@ -435,12 +441,13 @@ class EngineClient:
     def _on_output_readable(self) -> None:
         """Hand every engine message that is waiting to ``on_outputs`` in one batch,
         so each client gets one write per wake-up however many steps it covers."""
-        sock = self._output
+        sock = cast(zmq.Socket, self._output)  # (bound before any read)
         batch: list[wire.StepOutputs] = []
         dead = False
         now = time.monotonic()
         ranks = self.ranks
-        get, recv = sock.get, sock.recv
+        # (EVENTS and RCVMORE are int options)
+        get, recv = cast("Callable[[int], int]", sock.get), sock.recv
         for _ in range(MAX_MESSAGES_PER_WAKEUP):
             # Asking first is cheaper than a recv that raises Again, once per
             # wake-up (and it re-arms the edge-triggered FD just the same).
@@ -485,7 +492,7 @@ class EngineClient:
                 self.rejections("malformed", f"output socket: {e}")
         else:
             # More may be queued: zmq's FD is edge-triggered, so come back ourselves.
-            self._loop.call_soon(self._on_output_readable)
+            cast(asyncio.AbstractEventLoop, self._loop).call_soon(self._on_output_readable)
         if batch:
             self._on_outputs(batch)
         if dead:
@@ -493,7 +500,7 @@ class EngineClient:
 
     def _on_utility_output(self, outs: wire.StepOutputs, peer: str) -> None:
         """Resolve the call it answers: only a call sent to that rank."""
-        reply = outs.utility_output
+        reply = cast(wire.UtilityOutput, outs.utility_output)  # (the caller's test)
         call = self._utility_calls.get(reply.call_id)
         if call is None or call.rank != outs.engine_index or call.fut.done():
             self.rejections(
@@ -531,7 +538,7 @@ class EngineClient:
         for sock in (self._output, self._input, *self._monitors):
             if sock is not None and self._loop is not None:
                 try:
-                    self._loop.remove_reader(sock.getsockopt(zmq.FD))
+                    self._loop.remove_reader(cast(int, sock.getsockopt(zmq.FD)))
                 except Exception:
                     pass
         for sock in (self._input, self._output):
@@ -546,6 +553,6 @@ def _peer(frame: zmq.Frame) -> str:
     """The address a message came from (ZMQ's Peer-Address: the IP for TCP;
     user, group and process for IPC)."""
     try:
-        return frame.get("Peer-Address") or ""
+        return cast(str, frame.get("Peer-Address")) or ""  # (a string property)
     except zmq.ZMQError:
         return ""

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, MutableSequence
+from typing import cast
 
 import zmq
 
@@ -73,7 +74,7 @@ class HandshakeServer:
         self._on_readable()
 
     def _on_readable(self) -> None:
-        sock = self._socket
+        sock = cast(zmq.Socket, self._socket)  # (bound before any read)
         while True:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
@@ -106,7 +107,7 @@ class HandshakeServer:
         if status.status == "HELLO":
             log.info("engine rank %d said HELLO; sending addresses", rank)
             self.hellos[rank] = time.monotonic()  # before the engine can register
-            self._socket.send_multipart([identity, self._init], zmq.NOBLOCK)
+            cast(zmq.Socket, self._socket).send_multipart([identity, self._init], zmq.NOBLOCK)
             self._status(f"engine rank {rank} said HELLO; waiting for it to load the model")
             if self._on_hello is not None:
                 self._on_hello(rank)
@@ -122,7 +123,8 @@ class HandshakeServer:
     async def close(self) -> None:
         if self._socket is not None:
             try:
-                self._loop.remove_reader(self._socket.getsockopt(zmq.FD))
+                loop = cast(asyncio.AbstractEventLoop, self._loop)  # (set with the socket)
+                loop.remove_reader(cast(int, self._socket.getsockopt(zmq.FD)))
             except Exception:
                 pass
             self._socket.close(linger=100)

@@ -44,8 +44,8 @@ import asyncio
 import logging
 import pathlib
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, MutableSequence
+from typing import Protocol, cast
 
 import msgspec
 
@@ -163,7 +163,8 @@ class StateFile:
             return
         attached = [r for r in ranks if r.alive and r.ready is not None]
         state = EngineState(
-            {r.index: r.ready for r in attached}, {r.index: r.peer for r in attached if r.peer}
+            {r.index: cast(hs.ReadyResponse, r.ready) for r in attached},  # (not None: above)
+            {r.index: r.peer for r in attached if r.peer},
         )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,7 +188,7 @@ class RankLiveness:
         in_flight: Callable[[int], int] | None = None,
         stall_timeout: float = 0.0,
         state_file: str | None = None,
-        hellos: Sequence[float] | None = None,
+        hellos: MutableSequence[float] | None = None,
         window_s: float = 600.0,
         reject: Rejections | None = None,
     ) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from frontend.choices import Choice, Delta, Group
 from frontend.errors import ApiError, engine_failure, internal_error
@@ -36,6 +36,7 @@ from protocol.sampling import ModelLimits, SamplingParams
 
 if TYPE_CHECKING:
     from frontend.model import ModelInfo
+    from protocol.pooling import PoolingParams
 
 log = logging.getLogger("frontend.fanout")
 
@@ -181,8 +182,11 @@ class Table:
                 wire.EngineCoreRequest(
                     c.engine_id,
                     c.prompt_token_ids,
-                    None,  # sampling or pooling params:
-                    *((c.params, None) if c.detok is not None else (None, c.params)),
+                    None,  # sampling or pooling params (a pooling choice has no detokenizer):
+                    *cast(
+                        "tuple[SamplingParams | None, PoolingParams | None]",
+                        (c.params, None) if c.detok is not None else (None, c.params),
+                    ),
                     arrival,
                     group.lora,
                     cache_salt,
@@ -214,7 +218,7 @@ class Table:
                 self.engine.send_add(frame, rank)
             except Exception as e:
                 self._fail_group(group, engine_failure(str(e)))
-                raise group.error from e
+                raise cast(ApiError, group.error) from e  # (set by _fail_group)
         if self.observer:
             self.observer.on_submit(group)
 
@@ -267,8 +271,9 @@ class Table:
                     # The common streaming step, what _apply and _stream_step
                     # do for it without their checks: one token's text, a
                     # delta of its own, due at once.
+                    detok = cast(IncrementalDetokenizer, choice.detok)  # (lean: generating)
                     delta = choice.open_delta = Delta(
-                        choice, choice.detok.step_text(new_ids[0]), new_ids, None, None, None
+                        choice, detok.step_text(new_ids[0]), new_ids, None, None, None
                     )
                     delta.queued = True
                     group.pending.append(delta)
@@ -326,11 +331,11 @@ class Table:
             choice.weight_starts.append(
                 (weight_version, len(choice.detok.token_ids) - len(new_ids))
             )
-        new_positions = None
+        new_positions: list[Position] | None = None
         if choice.logprobs is not None:
             new_positions = self._apply_logprobs(choice.logprobs, out, len(new_ids))
         finished = finish is not None
-        if finished:
+        if finish is not None:  # (finished)
             self._finish(choice, finish, stop_reason)
         if group.stream:
             text = choice.detok.next_text(finished)
@@ -373,8 +378,9 @@ class Table:
         delta of their own, so chunks end only where the rule allows, however
         far the client lags."""
         group = choice.group
-        num_tokens = len(choice.detok.token_ids)
-        interval = choice.params.stream_interval or 1
+        # (a streamed step: a generating choice, with its detokenizer and SamplingParams)
+        num_tokens = len(cast(IncrementalDetokenizer, choice.detok).token_ids)
+        interval = cast(SamplingParams, choice.params).stream_interval or 1
         due = (
             interval <= 1
             or finished
@@ -470,7 +476,7 @@ class Table:
         # Break the group <-> choice cycle now, so that a request's memory goes
         # at once instead of waiting for a (deliberately rare) full collection.
         for c in group.choices:
-            c.group = None
+            c.group = None  # type: ignore[assignment]  # (released: nothing reads it now)
 
     def _fail_slow_consumer(self, group: Group) -> None:
         group.drop_unsent = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -63,7 +63,7 @@ class Renderer:
     # ------------------------------------------------------------ completion prompts
     async def render_prompts(
         self,
-        prompts: list[str | list[int]],
+        prompts: Sequence[str | list[int]],
         *,
         add_special_tokens: bool = True,
         truncate: int | None = None,
@@ -101,8 +101,9 @@ class Renderer:
             if texts
             else ()
         )
-        rendered = []
+        rendered: list[tuple[list[int], str | None]] = []
         for prompt in prompts:
+            text: str | None
             if isinstance(prompt, str):
                 ids, text = next(encoded), prompt
             else:

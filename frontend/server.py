@@ -16,7 +16,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import zmq
 from aiohttp import web
@@ -38,7 +38,7 @@ from frontend.ops.stats_recorder import StatsRecorder, compute_nans_in_logits
 from frontend.ops.tracing import RequestTracer
 from frontend.ops.vllm_flags import RecordedFlags
 from frontend.parsers import ChatParsers
-from frontend.pooling.model import engine_tasks
+from frontend.pooling.model import PoolingModel, engine_tasks
 from frontend.pooling.routes import pooling_routes
 from frontend.render import Renderer
 from frontend.routing import Router
@@ -123,7 +123,7 @@ class Server:
             if config.shared is None
             else None
         )
-        recorder = None
+        recorder: StatsRecorder | None = None
         if not config.ops.disable_log_stats:
             recorder = StatsRecorder(
                 lambda: self.state.max_model_len,
@@ -162,7 +162,8 @@ class Server:
         self._limits: ModelLimits | None = None
         self._stopped = asyncio.Event()
         self._lora_restore: asyncio.Task | None = None
-        self.pooling = None  # what the engine's tasks serve (frontend/pooling/model.py)
+        # What the engine's tasks serve (frontend/pooling/model.py).
+        self.pooling: PoolingModel | None = None
 
     # ------------------------------------------------------------ engine events
     def _on_outputs(self, batch: list) -> None:
@@ -176,7 +177,7 @@ class Server:
                 self.state.model_limits(), num_clients=self.config.num_clients
             )
             self._limits_for = ready
-        return self._limits
+        return cast(ModelLimits, self._limits)  # (built above the first time)
 
     def _in_flight(self, rank: int) -> int:
         return self.router.ranks[rank].in_flight
@@ -190,7 +191,7 @@ class Server:
         self.router.configure(rank, ready.block_size, ready.num_gpu_blocks)
         if ready.supports_lora and self.metrics.recorder is not None:
             self.metrics.recorder.enable_lora(ready.max_loras)
-        self.state.engine_attached(self.engine.ready)
+        self.state.engine_attached(cast(ReadyResponse, self.engine.ready))  # (a rank is attached)
         if self.runner is not None:  # a rank attached after a restart
             self.notifier.status(f"engine rank {rank} attached again; serving")
             if self.state.lora.adapters:  # it knows none of them
@@ -306,6 +307,7 @@ class Server:
         """Refuse an engine without LoRA if adapters are asked for; then load
         ``--lora-modules`` into it before serving (any failure stops the start)."""
         config, ready = self.config, self.state.ready
+        assert ready is not None  # (the engine is attached: start() awaited it)
         if (config.require_lora or config.lora_modules) and not ready.supports_lora:
             flag = "--lora-modules" if config.lora_modules else "--enable-lora"
             raise ValueError(

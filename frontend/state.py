@@ -44,11 +44,17 @@ class ServingConfig:
 class EngineLink(Protocol):
     """What handlers may ask of the engine link."""
 
-    alive: bool  # some rank takes requests
-    death_reason: str | None
     num_aborts_sent: int
     data_parallel_size: int
-    rejected: dict[str, int]  # messages from the engine side dropped, by reason
+
+    @property
+    def alive(self) -> bool: ...  # some rank takes requests
+
+    @property
+    def death_reason(self) -> str | None: ...
+
+    @property
+    def rejected(self) -> dict[str, int]: ...  # messages from the engine side dropped, by reason
 
     def routable_ranks(self) -> list[int]: ...
 

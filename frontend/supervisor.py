@@ -35,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
@@ -153,8 +153,9 @@ class Supervisor:
     def _start(self, index: int) -> None:
         theirs = None
         if self.listen_socket is not None:
-            if self.handoffs[index] is not None:
-                self.handoffs[index].close()
+            old = self.handoffs[index]
+            if old is not None:
+                old.close()
             self.handoffs[index], theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         spec = WorkerSpec(self.argv, index, self.count, self.shared, theirs, self.metrics_dir)
         proc = self.ctx.Process(target=self.worker_main, args=(spec,), name=f"frontend-{index}")
@@ -206,9 +207,11 @@ class Supervisor:
     def _hand_over(self) -> None:
         """Accept what waits on the Unix socket; each connection to the ready
         worker with the fewest requests in flight (ties rotate)."""
+        listen = self.listen_socket
+        assert listen is not None  # (the reader is added only with the socket)
         while True:
             try:
-                conn, _ = self.listen_socket.accept()
+                conn, _ = listen.accept()
             except (BlockingIOError, InterruptedError):
                 return
             with conn:
@@ -225,7 +228,8 @@ class Supervisor:
                 )
                 for index in order:
                     try:
-                        socket.send_fds(self.handoffs[index], [b"c"], [conn.fileno()])
+                        handoff = cast(socket.socket, self.handoffs[index])  # ready: not None
+                        socket.send_fds(handoff, [b"c"], [conn.fileno()])
                         break
                     except OSError:
                         continue  # that worker just died

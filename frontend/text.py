@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 from bisect import bisect_left
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tokenizers import decoders
 
@@ -197,7 +197,7 @@ class IncrementalDetokenizer:
         stop_end = len(self._tail) if truncate_to == -1 else truncate_to
         if not self.include_stop_str_in_output:
             stop_end += len(stop_string)
-        kept = bisect_left(offsets, stop_end, lo=1)
+        kept = bisect_left(cast("list[int]", offsets), stop_end, lo=1)  # (a match needs them)
         del self.token_ids[num_prev + kept :]
         if truncate_to != -1:
             self._tail = self._tail[:truncate_to]
@@ -422,10 +422,11 @@ class LogprobsState:
     ) -> list[Position]:
         """Positions for one engine step; returns the new ones."""
         new: list[Position] = []
+        num = cast(int, self.num_logprobs)  # (sample rows come only where logprobs were asked)
         for ids, lps, rank in zip(token_rows, logprob_rows, ranks):
             texts = self.texts.position(ids, self._context(self.sample))
             self.cumulative += lps[0]
-            pos = make_position(ids, lps, rank, self.num_logprobs, texts)
+            pos = make_position(ids, lps, rank, num, texts)
             self.sample.append(pos)
             new.append(pos)
         return new
@@ -434,6 +435,7 @@ class LogprobsState:
         self, token_rows: list[list[int]], logprob_rows: list[list[float]], ranks: list[int]
     ) -> None:
         assert self.prompt is not None
+        num = cast(int, self.num_prompt_logprobs)  # (set with self.prompt)
         for ids, lps, rank in zip(token_rows, logprob_rows, ranks):
             texts = self.texts.position(ids, self._context(self.prompt))
-            self.prompt.append(make_position(ids, lps, rank, self.num_prompt_logprobs, texts))
+            self.prompt.append(make_position(ids, lps, rank, num, texts))

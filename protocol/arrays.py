@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -26,7 +26,8 @@ if sys.byteorder != "little":  # pragma: no cover - every supported host is LE
     raise ImportError("protocol.arrays assumes a little-endian host")
 
 # dtype string -> (memoryview format, item size). numpy strings and torch names.
-_FORMATS: dict[str, tuple[str, int]] = {
+_Format = Literal["b", "B", "?", "h", "i", "q", "e", "f", "d"]
+_FORMATS: dict[str, tuple[_Format, int]] = {
     "<i1": ("b", 1),
     "|i1": ("b", 1),
     "int8": ("b", 1),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -144,7 +144,8 @@ class StepOutputs(EngineCoreOutputs):
     :func:`decode_scheduler_stats`. Empty or ``b"\\xc0"`` (nil) means none.
     """
 
-    scheduler_stats: msgspec.Raw = msgspec.Raw()
+    # The same wire field, decoded lazily: msgspec reads it as Raw for this subclass.
+    scheduler_stats: msgspec.Raw = msgspec.Raw()  # type: ignore[assignment]
 
 
 _NIL = b"\xc0"
@@ -316,7 +317,7 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         if pooling is not None:
             check_pooling(pooling)
         else:
-            check(params, limits)
+            check(cast(SamplingParams, params), limits)  # exactly one of the two is set
         if request.lora_request is not None:
             check_lora(request.lora_request)
     except TypeError as e:  # a value of the wrong type, e.g. a str temperature

@@ -37,7 +37,7 @@ import os
 import signal
 import time
 import uuid
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import msgspec
 import zmq
@@ -139,7 +139,8 @@ class MockEngine:
         )
         self.utils = Utilities(self.sched, self.abort_in_flight)
         if self.pooler is not None:
-            self.utils.methods["get_supported_tasks"] = lambda: self.pooler.tasks
+            pooler = self.pooler  # (never replaced)
+            self.utils.methods["get_supported_tasks"] = lambda: pooler.tasks
         self.loras = Loras(args.enable_lora, args.max_loras, args.max_lora_rank, args.max_cpu_loras)
         self.utils.methods.update(
             add_lora=self.loras.add_lora,
@@ -287,8 +288,8 @@ class MockEngine:
             if self._stalled():
                 continue
             ready = dict(poller.poll(self._poll_timeout_ms()))
-            if control in ready:
-                self.control.serve()
+            if control in ready:  # (only when there is a channel)
+                cast(ControlChannel, self.control).serve()
             for sock in self.inputs:
                 if sock in ready:
                     self._drain_input(sock, poller)
@@ -302,8 +303,10 @@ class MockEngine:
         wait = self.stalled_until - time.monotonic()
         if wait <= 0:
             return False
-        if self.control.socket.poll(int(min(wait * 1000, IDLE_POLL_MS))):
-            self.control.serve()
+        control = self.control
+        assert control is not None  # only a control command stalls the engine
+        if control.socket.poll(int(min(wait * 1000, IDLE_POLL_MS))):
+            control.serve()
         return True
 
     def _poll_timeout_ms(self) -> int:

@@ -38,6 +38,7 @@ def _row(
 def sample_logprobs(r: Request, tokens: list[int], vocab: int, aux: list[bytes]) -> LogprobsLists:
     """Rows for this step's ``tokens`` (already counted in ``r.num_out``)."""
     width = r.logprobs
+    assert width is not None  # the scheduler asks only where logprobs were requested
     ids: list[int] = []
     lps: list[float] = []
     ranks: list[int] = []
@@ -59,6 +60,7 @@ def sample_logprobs(r: Request, tokens: list[int], vocab: int, aux: list[bytes])
 def prompt_logprobs(r: Request, vocab: int, aux: list[bytes]) -> LogprobsTensors:
     """Rows for prompt tokens 1.. (the first has none)."""
     width = r.prompt_logprobs
+    assert width is not None  # the scheduler asks only where prompt logprobs were requested
     ids: list[int] = []
     lps: list[float] = []
     ranks: list[int] = []

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass
+from typing import cast
 
 from engine_core.mock.facts import ModelFacts
 from protocol.sampling import SAMPLING_EPS, SamplingParams
@@ -126,6 +127,8 @@ class Request:
         )
         self.offset = self.key & TABLE_MASK
         self.stride = (self.key >> TABLE_BITS) & TABLE_MASK | 1
+        # The engine drops a request without max_tokens before it gets here.
+        assert params.max_tokens is not None
         self.max_tokens = params.max_tokens
         self.min_tokens = params.min_tokens
         self.limit = self.max_tokens  # capped by max_model_len when admitted
@@ -145,7 +148,11 @@ class Request:
         self.forced_stop = None if script else self._forced_stop(facts)
         rep = params.repetition_detection
         if rep is not None and rep.max_pattern_size > 0 and rep.min_count >= 2:
-            self.repetition = (max(1, rep.min_pattern_size), rep.max_pattern_size, rep.min_count)
+            self.repetition: tuple[int, int, int] | None = (
+                max(1, rep.min_pattern_size),
+                rep.max_pattern_size,
+                rep.min_count,
+            )
             self.pattern = self.repetition[0]
             self.out_ids: list[int] | None = []
         else:
@@ -164,10 +171,12 @@ class Request:
             else (vocab if params.prompt_logprobs == -1 else params.prompt_logprobs)
         )
         # Scripted output: the ids, how far it got, whether EOS follows them.
+        self.script: list[int] | None
+        self.script_eos: bool
         self.script, self.script_eos = script or (None, False)
         self.script_pos = 0
         # What vLLM's min-tokens mask keeps the model from sampling early.
-        self.masked_early = frozenset()
+        self.masked_early: frozenset[int] = frozenset()
         if script:
             self.masked_early = (
                 self.stop_ids
@@ -306,6 +315,7 @@ class TokenModel:
     def _scripted_token(self, r: Request, i: int) -> int:
         """The script's next id, then EOS (if it ends so), then natural tokens."""
         script, early = r.script, i < r.min_tokens
+        assert script is not None  # _next_token's test
         while r.script_pos < len(script):
             token = script[r.script_pos]
             r.script_pos += 1
@@ -344,7 +354,7 @@ class TokenModel:
         if (
             r.repetition is not None
             and r.num_out >= r.min_tokens
-            and _repeats(r.out_ids, *r.repetition)
+            and _repeats(cast("list[int]", r.out_ids), *r.repetition)  # kept with repetition
         ):
             return FinishReason.REPETITION, "repetition_detected"
         return None, None

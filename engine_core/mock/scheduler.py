@@ -196,7 +196,9 @@ class Scheduler:
 
     def _advance(self, r: Request, aux: list[bytes]) -> EngineCoreOutput:
         """Any request: stop rules, logprobs, and what the first output carries."""
+        tokens: list[int]
         if r.pooling is not None:  # pooled at once: no tokens, the tensor, STOP
+            assert self.pooler is not None  # the engine takes pooling requests only with one
             tokens = []
             out = EngineCoreOutput(
                 r.id,

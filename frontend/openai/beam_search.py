@@ -31,11 +31,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
-from frontend.choices import Delta, Group
+from frontend.choices import Choice, Delta, Group
 from frontend.errors import ApiError, from_validation, invalid
 from frontend.ids import random_hex
 from frontend.openai.request_fields import SamplingRequest
@@ -189,9 +189,11 @@ async def serve(
             raise group_error.exceptions[0] from None
         results = [t.result() for t in running]
     group = Group(request_id, stream=bool(req.stream))
+    # The views read BeamChoices as finished choices (the same attributes).
+    beam_choices = cast("list[BeamChoice]", group.choices)
     for p_idx, (ids, beams) in enumerate(zip(prompts, results)):
         for j, beam in enumerate(beams):
-            group.choices.append(
+            beam_choices.append(
                 BeamChoice(
                     p_idx * params.width + j, p_idx, ids, beam_text(state, beam, ids, params), beam
                 )
@@ -199,8 +201,15 @@ async def serve(
     view = make_view(group)
     if group.stream:
         group.pending = [
-            Delta(c, c.text, c.token_ids, c.logprobs.sample, c.finish_reason, c.stop_reason)
-            for c in group.choices
+            Delta(
+                cast(Choice, c),
+                c.text,
+                c.token_ids,
+                c.logprobs.sample,
+                c.finish_reason,
+                c.stop_reason,
+            )
+            for c in cast("list[BeamChoice]", group.choices)
         ]
         return await view.stream(request)
     return web.Response(body=state.json(view.full_response()), content_type="application/json")

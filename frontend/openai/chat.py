@@ -12,7 +12,8 @@ last one of each choice), at most one usage chunk and exactly one ``[DONE]``.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import msgspec
 from aiohttp import web
@@ -159,6 +160,7 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
     served = state.resolve_model(req.model)
     check_supported(req, state)
     max_model_len = state.max_model_len
+    requested: int | None
     if req.max_completion_tokens is not None:
         requested, param = req.max_completion_tokens, "max_completion_tokens"
     else:
@@ -309,7 +311,7 @@ class ChatView:
             content = "\n".join(p["text"] for p in content if "text" in p)
         return content
 
-    def _logprobs(self, token_ids: list[int], positions: list[Position | None] | None):
+    def _logprobs(self, token_ids: list[int], positions: Sequence[Position | None] | None):
         if not self.req.logprobs:
             return None
         return chat_logprobs(
@@ -411,7 +413,7 @@ class ChatView:
         self._chunk_of = self._chunk if self.hooks is None else self._parsed_chunk
 
     def _render(self, deltas: list[Delta]) -> bytes:
-        parts = []
+        parts: list[bytes | None] = []
         if not self.started:  # the first engine output of any choice
             self.started = True
             parts.append(self._opening_chunks(self.head, self.num_prompt, self.continuous))
@@ -544,7 +546,7 @@ class ChatView:
             delta: dict[str, Any] = {}
         else:
             delta = parsed.to_dict()
-        hook = self.hooks[i]
+        hook = cast("list[tooling.StreamParser]", self.hooks)[i]  # (parsed chunks: hooks set)
         body: dict[str, Any] = {"delta": delta, "logprobs": logprobs, "finish_reason": None}
         if finished:
             body["finish_reason"] = stream_finish_reason(

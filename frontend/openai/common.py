@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -43,7 +43,12 @@ def json_decode_error(body: bytes) -> ApiError | None:
     error position in ``loc`` (``param`` ``body.<pos>``) and its message; an
     empty body is a missing one."""
     if not body:
-        detail = {"type": "missing", "loc": "body", "msg": "Field required", "input": "None"}
+        detail: dict[str, Any] = {
+            "type": "missing",
+            "loc": "body",
+            "msg": "Field required",
+            "input": "None",
+        }
         return ApiError(f"1 validation error:\n  {detail}", 400, "Bad Request", "body")
     try:
         json.loads(body)
@@ -77,7 +82,7 @@ def stream_usage_flags(options: StreamOptions | None, force: bool) -> tuple[bool
 
 
 def usage_dict(prompt_tokens: int, completion_tokens: int, *, details: bool = False) -> dict:
-    usage = {
+    usage: dict[str, int | None] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,

@@ -9,7 +9,8 @@ most one usage chunk and exactly one ``[DONE]``.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -38,6 +39,9 @@ from frontend.openai.sampling import (
 )
 from frontend.openai.sse import stream_group
 from frontend.state import AppState
+
+if TYPE_CHECKING:
+    from frontend.text import Position
 
 # The rest of a mid-stream chunk that carries only text (same keys as _chunk's).
 PLAIN_CHUNK_TAIL = (
@@ -220,7 +224,7 @@ class CompletionView:
         req: CompletionRequest,
         group: Group,
         served: str,
-        rendered: list[tuple[list[int], str]],
+        rendered: list[tuple[list[int], str | None]],
     ) -> None:
         self.state = state
         self.req = req
@@ -248,6 +252,7 @@ class CompletionView:
             prompt_ids = choice.prompt_token_ids
             text = choice.text
             token_ids = choice.token_ids
+            positions: Sequence[Position | None] | None
             positions = choice.logprobs.sample if choice.logprobs else None
             prompt_positions = choice.logprobs.prompt if choice.logprobs else None
             if req.echo:
@@ -361,6 +366,7 @@ class CompletionView:
                 + PLAIN_CHUNK_TAIL
             )
         req, state = self.req, self.state
+        positions: Sequence[Position | None] | None
         text, token_ids, positions = d.text, d.token_ids, d.logprobs
         prompt_ids_out = None
         text_offsets, emitted, started = self.text_offsets, self.emitted, self.started

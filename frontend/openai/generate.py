@@ -216,7 +216,7 @@ class GenerateView:
         weight_versions: list | None,
         text: str | None,
     ) -> dict:
-        choice = {"index": index}
+        choice: dict[str, Any] = {"index": index}
         if self.text_mode:
             choice["text"] = text
         choice.update(

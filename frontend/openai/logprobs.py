@@ -14,8 +14,8 @@ text), the sampled token first. The formats, as vLLM 0.32 writes them:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from frontend.text import Position
 
@@ -30,7 +30,7 @@ def _floor(logprob: float) -> float:
 
 
 def _positions(
-    token_ids: list[int], positions: list[Position | None]
+    token_ids: list[int], positions: Sequence[Position | None]
 ) -> Iterator[tuple[int, Position | None]]:
     """Each output token with its position (None where there is none)."""
     for i, token_id in enumerate(token_ids):
@@ -44,7 +44,7 @@ def _utf8(text: str) -> list[int]:
 def completion_logprobs(
     model: ModelInfo,
     token_ids: list[int],
-    positions: list[Position | None],
+    positions: Sequence[Position | None],
     num_top: int,
     all_alternatives: bool,
     initial_offset: int,
@@ -90,7 +90,7 @@ def completion_logprobs(
 
 def chat_logprobs(
     token_ids: list[int],
-    positions: list[Position | None],
+    positions: Sequence[Position | None],
     num_top: int,
     as_token_ids: bool,
     token_bytes: bool = True,
@@ -101,8 +101,7 @@ def chat_logprobs(
     whose logprobs vLLM decodes only when answering) a token's ``bytes`` is null."""
     content = []
     for token_id, pos in _positions(token_ids, positions):
-        entry = pos.get(token_id) if pos else None
-        if entry is None:
+        if not pos or (entry := pos.get(token_id)) is None:
             token = f"token_id:{token_id}" if as_token_ids else ""
             content.append(
                 {
@@ -132,14 +131,13 @@ def chat_logprobs(
 
 
 def generate_text_logprobs(
-    token_ids: list[int], positions: list[Position | None], num_top: int
+    token_ids: list[int], positions: Sequence[Position | None], num_top: int
 ) -> dict:
     """``/inference/v1/generate`` with ``output_mode: "text"``: chat's entries, but
     at least one alternative and no bytes where a position is missing."""
     content = []
     for token_id, pos in _positions(token_ids, positions):
-        entry = pos.get(token_id) if pos else None
-        if entry is None:
+        if not pos or (entry := pos.get(token_id)) is None:
             content.append(
                 {
                     "token": f"token_id:{token_id}",
@@ -166,13 +164,12 @@ def generate_text_logprobs(
 
 
 def generate_token_logprobs(
-    token_ids: list[int], positions: list[Position | None], num_top: int
+    token_ids: list[int], positions: Sequence[Position | None], num_top: int
 ) -> dict:
     """``/inference/v1/generate`` with token output: ids and ranks, no texts."""
-    content = []
+    content: list[dict[str, Any]] = []
     for token_id, pos in _positions(token_ids, positions):
-        entry = pos.get(token_id) if pos else None
-        if entry is None:
+        if not pos or (entry := pos.get(token_id)) is None:
             content.append(
                 {"token_id": token_id, "logprob": LOGPROB_FLOOR, "rank": None, "top_logprobs": []}
             )
@@ -193,7 +190,7 @@ def generate_token_logprobs(
     return {"content": content}
 
 
-def prompt_logprobs_json(positions: list[Position | None] | None) -> list | None:
+def prompt_logprobs_json(positions: Sequence[Position | None] | None) -> list | None:
     if positions is None:
         return None
     return [

@@ -164,7 +164,7 @@ async def debug_state(state: AppState, request: web.Request) -> web.Response:
             return_exceptions=True,
         )
         has_work = any(answer is True for answer in answers)
-    body = {
+    body: dict[str, Any] = {
         "worker": state.table.client_index,
         "workers": state.table.num_clients,
         "pid": os.getpid(),

@@ -129,7 +129,7 @@ def describe(routes: list[Route]) -> dict[str, Any]:
             continue
         components[struct]["required"] = sorted({*components[struct]["required"], *fields})
     components["ErrorResponse"] = ERROR_RESPONSE
-    ref_of = {body: ref for body, ref in zip(bodies, refs)}
+    ref_of: dict[type | None, dict[str, Any]] = {body: ref for body, ref in zip(bodies, refs)}
     paths: dict[str, dict[str, Any]] = {}
     for r in routes:
         paths.setdefault(r.path, {})[r.method.lower()] = _operation(r, ref_of.get(r.body))

@@ -41,7 +41,7 @@ class SseWriter:
         self.response = web.StreamResponse(status=200, headers=HEADERS)
         self.backlog: list[bytes] = []
         self.backlog_bytes = 0
-        self._transport = None
+        self._transport: asyncio.Transport | None = None
         self._chunked = False
 
     async def start(self) -> None:

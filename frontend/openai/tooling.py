@@ -289,6 +289,7 @@ class ChatTooling:
         """A finished choice's message fields (after ``role``), its finish_reason
         and its reasoning token count."""
         parser = self.new_parser()
+        assert self.parsers is not None  # (new_parser's own check)
         parsed = parser.parse(text)
         parts = message_parts(
             parsed,

@@ -173,8 +173,8 @@ def _merge_dotted(args: list[str], known: set[str]) -> list[str]:
         _deep_update(merged[key], _nested(path, _dotted_value(value)))
         delete.add(i)
     out = [a for i, a in enumerate(args) if i not in delete]
-    for key, value in merged.items():
-        out += [key, json.dumps(value)]
+    for key, tree in merged.items():
+        out += [key, json.dumps(tree)]
     return out
 
 

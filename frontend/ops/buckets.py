@@ -7,6 +7,8 @@ The bounds of ``vllm/v1/metrics/buckets.py``, under vLLM's bucket-family keys
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import cast
 
 REQUEST_LATENCY_BUCKETS = (
     0.3,
@@ -116,7 +118,8 @@ BUCKET_FAMILIES = {
 
 def request_token_buckets(max_model_len: int) -> list[int]:
     """1, 2, 5, 10, 20, 50, ... up to ``max_model_len`` (vLLM's 1-2-5 series)."""
-    bounds, exponent = [], 0
+    bounds: list[int] = []
+    exponent = 0
     while True:
         for mantissa in (1, 2, 5):
             value = mantissa * 10**exponent
@@ -130,7 +133,11 @@ def bucket_bounds(
     max_model_len: int, overrides: dict[str, list[float]]
 ) -> dict[str, tuple[float, ...]]:
     """Every bucket family's bounds: vLLM's, with the flag's overrides."""
-    defaults = {**BUCKET_FAMILIES, "request_tokens": request_token_buckets(max_model_len)}
+    # request_tokens, the one family without fixed bounds (None), is filled in here.
+    defaults = cast(
+        "dict[str, Sequence[float]]",
+        {**BUCKET_FAMILIES, "request_tokens": request_token_buckets(max_model_len)},
+    )
     return {
         family: tuple(float(b) for b in bounds)
         for family, bounds in {**defaults, **overrides}.items()

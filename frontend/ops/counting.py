@@ -9,7 +9,7 @@ family table gave (``vllm_metrics.py``). The stats recorder
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from frontend.ops.rank_stats import RankStats, SpecDecodeCounts
 from frontend.ops.vllm_metrics import (
@@ -191,10 +191,11 @@ def count_finished(stats: RankStats, rec: RequestStats, choice: Choice, now: flo
     """vLLM's ``update_from_finished_request`` and what ``record`` does with it;
     ``now``: time.monotonic() when the finishing output was taken up."""
     c, h = stats.counters, stats.histograms
-    c[REQUEST_SUCCESS[choice.finish_reason]] += 1
+    c[REQUEST_SUCCESS[cast(str, choice.finish_reason)]] += 1  # (it finished)
     if rec.corrupted:
         c[CORRUPTED_REQUESTS] += 1
-    first, last, scheduled = rec.first_ts, rec.last_ts, rec.scheduled_ts
+    # (last_ts: its finishing output was an output)
+    first, last, scheduled = rec.first_ts, cast(float, rec.last_ts), rec.scheduled_ts
     h[E2E].observe(now - rec.arrival)
     if scheduled:
         # Only with the engine's events (its log stats); without them

@@ -6,7 +6,7 @@ import asyncio
 import os
 import socket
 import ssl
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -42,7 +42,7 @@ async def start_sites(
                 os.unlink(ops.uds)  # a stale socket from a previous run
         except OSError:
             pass
-        site = web.UnixSite(runner, ops.uds, ssl_context=ctx)
+        site: web.BaseSite = web.UnixSite(runner, ops.uds, ssl_context=ctx)
         await site.start()
         return f"unix:{ops.uds}" + (" (TLS)" if ctx else "")
     site = web.TCPSite(
@@ -74,6 +74,7 @@ def take_handed_connections(
             for fd in fds:
                 conn = socket.socket(fileno=fd)
                 conn.setblocking(False)
-                loop.create_task(loop.connect_accepted_socket(runner.server, conn, ssl=ctx))
+                server = cast(web.Server, runner.server)  # (set up before any connection)
+                loop.create_task(loop.connect_accepted_socket(server, conn, ssl=ctx))
 
     loop.add_reader(handoff.fileno(), receive)

@@ -47,7 +47,8 @@ class HttpMetrics:
     """Per-HTTP-request counters (not per token) and the frontend's own gauges."""
 
     def __init__(self) -> None:
-        self.requests: dict[tuple[str, str, str], int] = {}
+        # (handler, method, status) -> count: the series of a 3-label family
+        self.requests: dict[tuple[str, ...], int] = {}
         self.disconnects = 0
         self.rejected: dict[str, int] = {}
         self.open_streams = 0
@@ -77,16 +78,19 @@ class FrontendFamily:
         return value if isinstance(value, dict) else {(): value}
 
     def render(self, series: Series, created: float) -> Metric:
-        family = (CounterMetricFamily if self.counter else GaugeMetricFamily)(
-            self.name, self.help, labels=self.labels
-        )
+        if self.counter:
+            counts = CounterMetricFamily(self.name, self.help, labels=self.labels)
+            for key in self._keys(series):
+                counts.add_metric(key, series.get(key, 0), created=created)
+            return counts
+        values = GaugeMetricFamily(self.name, self.help, labels=self.labels)
+        for key in self._keys(series):
+            values.add_metric(key, series.get(key, 0))
+        return values
+
+    def _keys(self, series: Series) -> list[tuple[str, ...]]:
         shown = [(value,) for value in self.shown]
-        for key in [*shown, *sorted(key for key in series if key not in shown)]:
-            if self.counter:
-                family.add_metric(key, series.get(key, 0), created=created)
-            else:
-                family.add_metric(key, series.get(key, 0))
-        return family
+        return [*shown, *sorted(key for key in series if key not in shown)]
 
 
 def counter(
@@ -209,16 +213,16 @@ class Metrics:
         service: ServiceMetrics | None = None,
         cache_flags: dict[str, Any] | None = None,
     ) -> None:
-        self.state = state
-        self.limits = limits
+        self.state: AppState = state
+        self.limits: LimitsState = limits
         # The CacheConfig fields that engine flags given to this frontend set
         # (RecordedFlags.cache_config()), for vllm:cache_config_info.
         self.cache_flags = cache_flags or {}
         # One of several frontend processes: /metrics shows the whole service.
         self.service = service
         self.created = time.time()
-        self.recorder = recorder  # None with --disable-log-stats
-        self.http = HttpMetrics()
+        self.recorder: StatsRecorder | None = recorder  # None with --disable-log-stats
+        self.http: HttpMetrics = HttpMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)

@@ -38,6 +38,7 @@ from protocol.errors import ProtocolError
 
 if TYPE_CHECKING:
     from frontend.choices import Choice, Group
+    from frontend.ops.tracing import RequestTracer
 
 log = logging.getLogger("frontend.metrics")
 
@@ -87,7 +88,7 @@ class StatsRecorder:
         self.max_loras = 0
         self._lora_requests: dict[str, tuple[set[str], set[str]]] = {}
         # Set by frontend/ops/tracing.py: told of every finished request.
-        self.tracer = None
+        self.tracer: RequestTracer | None = None
         # engine request id -> its stats, from submit until it finishes or is released.
         self._requests: dict[str, RequestStats] = {}
         # The rank of the message being routed.

@@ -37,7 +37,7 @@ class Notifier:
         self._watchdog: asyncio.Task | None = None
         if address:
             # "@name" is Linux's abstract namespace: a leading NUL byte.
-            self._target = "\0" + address[1:] if address.startswith("@") else address
+            self._target: str | None = "\0" + address[1:] if address.startswith("@") else address
         else:
             self._target = None
 

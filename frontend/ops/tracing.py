@@ -20,7 +20,7 @@ import atexit
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from frontend.ops.counting import generated_tokens
 
@@ -44,9 +44,11 @@ def _span_exporter(endpoint: str):
 
         return OTLPSpanExporter(endpoint=endpoint, insecure=True)
     if protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpSpanExporter,
+        )
 
-        return OTLPSpanExporter(endpoint=endpoint)
+        return HttpSpanExporter(endpoint=endpoint)
     raise ValueError(f"Unsupported OTLP protocol '{protocol}' is configured")
 
 
@@ -98,9 +100,10 @@ class RequestTracer:
         attributes["gen_ai.usage.completion_tokens"] = generated_tokens(choice)
         if rec.scheduled_ts:
             attributes["gen_ai.latency.time_in_model_prefill"] = rec.first_ts - rec.scheduled_ts
-        attributes["gen_ai.latency.time_in_model_decode"] = rec.last_ts - rec.first_ts
+        last = cast(float, rec.last_ts)  # (its finishing output was an output)
+        attributes["gen_ai.latency.time_in_model_decode"] = last - rec.first_ts
         if rec.scheduled_ts:
-            attributes["gen_ai.latency.time_in_model_inference"] = rec.last_ts - rec.scheduled_ts
+            attributes["gen_ai.latency.time_in_model_inference"] = last - rec.scheduled_ts
         attributes["gen_ai.request.id"] = group.request_id
         # Only the truthy ones, as vLLM (so no temperature 0).
         for key, value in (

@@ -216,7 +216,7 @@ class OutputParser:
                 last.arguments = (last.arguments or "") + rest
         # What the parsers still hold back (a reasoning parser's was taken
         # when reasoning ended).
-        parsers = []
+        parsers: list[ReasoningParser | ToolParser] = []
         if self.reasoning is not None and not self.reasoning_ended:
             parsers.append(self.reasoning)
         if tool is not None:

@@ -10,6 +10,7 @@ with vLLM's messages), in the embeddings' encodings.
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from aiohttp import web
 
@@ -158,4 +159,4 @@ def pooling_task(req: PoolingRequest, model: PoolingModel) -> str:
             "IO processor plugin. Send a plugin request with a 'data' field, or "
             "select a concrete task with --pooler-config.task."
         )
-    return task
+    return cast(str, task)  # (== model.pooling_task, which /pooling is served for)

@@ -11,7 +11,7 @@ system turn when the model has a chat template, else a text prefix), its
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -155,7 +155,7 @@ async def create_cohere_embedding(
     return json_response(state, body)
 
 
-def cohere_truncation(req: CohereEmbedRequest) -> tuple[int | None, str | None]:
+def cohere_truncation(req: CohereEmbedRequest) -> tuple[int | None, Literal["left"] | None]:
     """``(truncate_prompt_tokens, truncation_side)`` of Cohere's ``truncate``."""
     if req.truncate == "NONE":
         return None, None

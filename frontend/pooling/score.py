@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from aiohttp import web
 
-from frontend.chat_template import ChatTemplateError
+from frontend.chat_template import ChatTemplate, ChatTemplateError
 from frontend.errors import ApiError, from_validation, schema_error
 from frontend.openai.common import decode_body, request_id_for
 from frontend.openai.validators import check_cache_salt
@@ -98,7 +98,7 @@ class Scorer:
             request, req, req.query, req.documents
         )
         documents = req.documents if isinstance(req.documents, list) else [req.documents]
-        ranked = [
+        ranked: list[dict[str, Any]] = [
             {
                 "index": i,
                 "document": (
@@ -291,7 +291,8 @@ class Scorer:
     def _score_prompt(self, req: ScoringBase, query: str, document: str) -> str:
         """The score template applied to the pair (vLLM: safe_apply_chat_template
         with a "query" and a "document" message, no generation prompt)."""
-        template = self.state.renderer.template
+        # (score_template: the model has a chat template)
+        template = cast(ChatTemplate, self.state.renderer.template)
         try:
             return template.render(
                 [{"role": "query", "content": query}, {"role": "document", "content": document}],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import llguidance
 
@@ -67,7 +67,8 @@ def _guidance_grammar(kind: str, text: str) -> str:
         if not tags:
             raise _TagError("No structural tags found in the grammar spec.")
         return llguidance.StructTag.to_grammar(tags)
-    return llguidance.grammar_from(kind, text)  # regex, grammar (Lark or GBNF), choice
+    # regex, grammar (Lark or GBNF), choice: llguidance refuses a kind it lacks
+    return llguidance.grammar_from(cast("llguidance.GrammarFormat", kind), text)
 
 
 def json_grammar(schema: str | dict) -> str:

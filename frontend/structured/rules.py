@@ -40,7 +40,7 @@ def _nested_deeper_than(spec: str | dict, limit: int) -> bool:
             return True
         except ValueError:
             return False
-    level = [spec]
+    level: list[Any] = [spec]
     for _ in range(limit):
         level = [
             child

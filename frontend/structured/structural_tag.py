@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from frontend.structured.rules import grammar_is_likely_lark
 
@@ -46,37 +46,27 @@ def check_structural_tag(tag: Any, accepts: Accepts) -> None:
 class _Checker:
     def __init__(self, accepts: Accepts) -> None:
         self.accepts = accepts
-        self.formats = {
+        self.formats: dict[str, Callable[[Any], object]] = {
             "const_string": lambda f: _str(f.get("value")),
-            "json_schema": lambda f: (
-                self.schema(f.get("json_schema")),
-                _require(f.get("style", "json") in _JSON_STYLES, "style"),
-            ),
+            "json_schema": self.json_schema,
             "qwen_xml_parameter": lambda f: self.schema(f.get("json_schema")),
             "any_text": _check_any_text,
             "token": _check_token,
-            "exclude_token": lambda f: [
-                _check_token({"token": t}) for t in _list(f.get("exclude_tokens", []))
-            ],
-            "any_tokens": lambda f: [
-                _check_token({"token": t}) for t in _list(f.get("exclude_tokens", []))
-            ],
+            "exclude_token": lambda f: _check_tokens(_list(f.get("exclude_tokens", []))),
+            "any_tokens": lambda f: _check_tokens(_list(f.get("exclude_tokens", []))),
             "grammar": lambda f: _require(
                 not grammar_is_likely_lark(_str(f.get("grammar")))
                 and accepts("grammar", f["grammar"]),
                 "invalid EBNF grammar",
             ),
             "regex": lambda f: _require(accepts("regex", _str(f.get("pattern"))), "invalid regex"),
-            "sequence": lambda f: [self.format(e) for e in _non_empty(f.get("elements"))],
-            "or": lambda f: [self.format(e) for e in _non_empty(f.get("elements"))],
+            "sequence": self.elements,
+            "or": self.elements,
             "tag": self.tag_format,
             "triggered_tags": lambda f: _check_triggered(
                 _str_list(f.get("triggers")), self.tags(f)
             ),
-            "token_triggered_tags": lambda f: (
-                [_check_token({"token": t}) for t in _non_empty(f.get("trigger_tokens"))],
-                self.tags(f),
-            ),
+            "token_triggered_tags": self.token_triggered_tags,
             "tags_with_separator": lambda f: (self.tags(f), _str(f.get("separator"))),
             "optional": lambda f: self.format(f.get("content")),
             "plus": lambda f: self.format(f.get("content")),
@@ -105,9 +95,22 @@ class _Checker:
     def format(self, fmt: Any) -> None:
         _require(isinstance(fmt, dict), "a format is an object")
         kind = fmt.get("type") or _implied_type(fmt)
-        check = self.formats.get(kind)
-        _require(check is not None, f"Format type not recognized: {kind}")
+        check = self.formats.get(kind) if kind is not None else None
+        if check is None:
+            raise ValueError(f"Format type not recognized: {kind}")
         check(fmt)
+
+    def json_schema(self, fmt: dict) -> None:
+        self.schema(fmt.get("json_schema"))
+        _require(fmt.get("style", "json") in _JSON_STYLES, "style")
+
+    def elements(self, fmt: dict) -> None:
+        for element in _non_empty(fmt.get("elements")):
+            self.format(element)
+
+    def token_triggered_tags(self, fmt: dict) -> None:
+        _check_tokens(_non_empty(fmt.get("trigger_tokens")))
+        self.tags(fmt)
 
     def schema(self, schema: Any) -> None:
         if isinstance(schema, dict):
@@ -170,6 +173,11 @@ def _check_token(fmt: dict) -> None:
     )
 
 
+def _check_tokens(tokens: list) -> None:
+    for token in tokens:
+        _check_token({"token": token})
+
+
 def _check_triggered(triggers: list[str], tags: list[dict]) -> None:
     _require(bool(triggers), "triggers must be non-empty")
     _require(bool(tags), "tags must be non-empty")
@@ -212,7 +220,7 @@ def _require(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

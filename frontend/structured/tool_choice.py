@@ -17,7 +17,7 @@ request has a reasoning parser to serve or ``tool_choice != "none"``.  It may
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from frontend.errors import ApiError, invalid
 from frontend.parsers.reasoning.base import ReasoningParser
@@ -90,7 +90,7 @@ def adjust_request(
         if reasoning_parser.keeps_special_tokens:
             out.skip_special_tokens = False
         if reasoning_parser.mistral_guided_schema and mistral_schema:
-            out.json_schema = mistral_array_schema(tools, tool_choice)
+            out.json_schema = mistral_array_schema(cast("list[dict]", tools), tool_choice)
     if tool_parser is None:
         return out
 
@@ -115,7 +115,7 @@ def adjust_request(
 
     if tool_parser.mistral_guided_schema:
         if mistral_schema and out.json_schema is None:
-            out.json_schema = mistral_array_schema(tools, tool_choice)
+            out.json_schema = mistral_array_schema(cast("list[dict]", tools), tool_choice)
     elif (
         tools
         and out.structural_tag_model is None

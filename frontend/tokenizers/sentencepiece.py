@@ -130,7 +130,7 @@ def special_tokens(spm_path: pathlib.Path) -> dict[str, str]:
 def _merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
     """transformers' generate_merges(vocab): every split of a piece into two
     pieces, ordered by the merged piece's id, then the parts' lengths."""
-    merges = []
+    merges: list[tuple[str, str, int]] = []
     for merged, merged_id in vocab.items():
         local = [
             (merged[:i], merged[i:])
@@ -194,7 +194,12 @@ def _post_processor(tokenizer: Tokenizer, spm: SpmModel, config: dict[str, Any])
     pair = " ".join(
         [single, *([f"{bos}:1"] if add_bos else []), "$B:1", *([f"{eos}:1"] if add_eos else [])]
     )
-    special = [(t, tokenizer.token_to_id(t)) for t, on in ((bos, add_bos), (eos, add_eos)) if on]
+    # add_bos / add_eos already imply the token is not None.
+    special = [
+        (t, tokenizer.token_to_id(t))
+        for t, on in ((bos, add_bos), (eos, add_eos))
+        if on and t is not None
+    ]
     tokenizer.post_processor = processors.TemplateProcessing(
         single=single, pair=pair, special_tokens=special
     )
@@ -231,6 +236,7 @@ def _fields(data: bytes):
     while pos < len(data):
         key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7
+        value: int | bytes
         if wire == 0:
             value, pos = _varint(data, pos)
         elif wire == 1:

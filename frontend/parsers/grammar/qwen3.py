@@ -47,9 +47,9 @@ def parameters_to_json(raw: str, partial: bool) -> str:
     for m in _PARAM_RE.finditer(raw):
         params[m.group(1)] = _trim_newlines(m.group(2))
     if partial:
-        m = _OPEN_PARAM_RE.search(_PARAM_RE.sub("", raw))
-        if m and m.group(1):
-            params[m.group(1)] = _trim_newlines(m.group(2))
+        last = _OPEN_PARAM_RE.search(_PARAM_RE.sub("", raw))
+        if last and last.group(1):
+            params[last.group(1)] = _trim_newlines(last.group(2))
     return json.dumps(params, ensure_ascii=False)
 
 

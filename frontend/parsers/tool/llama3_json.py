@@ -144,17 +144,17 @@ class Llama3JsonToolParser(TextSoFarToolParser):
                 sent = len(self.streamed_args_for_tool[self._current])
                 args_json = json.dumps(args, ensure_ascii=False)
                 previous = self.prev_tool_call_arr[self._current].get("arguments")
-                piece = None
+                final: str | None = None
                 if complete[self._current]:
-                    piece = args_json[sent:]
+                    final = args_json[sent:]
                 elif previous:
                     previous_json = json.dumps(previous, ensure_ascii=False)
                     if args_json != previous_json:
                         # Only what both parses agree on is final.
-                        piece = _common_prefix(previous_json, args_json)[sent:]
-                if piece is not None:
-                    delta = ParsedDelta(tool_calls=[DeltaToolCall(self._current, arguments=piece)])
-                    self.streamed_args_for_tool[self._current] += piece
+                        final = _common_prefix(previous_json, args_json)[sent:]
+                if final is not None:
+                    delta = ParsedDelta(tool_calls=[DeltaToolCall(self._current, arguments=final)])
+                    self.streamed_args_for_tool[self._current] += final
         self.prev_tool_call_arr = calls
         return delta
 

@@ -17,7 +17,7 @@ import json
 import re
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from frontend.parsers.text_so_far import TextSoFarToolParser
 from frontend.parsers.types import (
@@ -120,7 +120,7 @@ def _calls(text: str) -> list[ToolCall]:
     node = getattr(_parse(text).body[0], "value", None)
     if not isinstance(node, ast.List) or not all(isinstance(e, ast.Call) for e in node.elts):
         raise _NotACall("tool output must be a list of function calls")
-    return [_call(e) for e in node.elts]
+    return [_call(cast(ast.Call, e)) for e in node.elts]  # (all calls: checked)
 
 
 def _call(call: ast.Call) -> ToolCall:
@@ -153,11 +153,11 @@ def _literal(node: ast.expr) -> Any:
     if isinstance(node, ast.Dict):
         if not all(isinstance(k, ast.Constant) for k in node.keys):
             raise _NotACall("dict keys must be literals")
-        return {k.value: _literal(v) for k, v in zip(node.keys, node.values)}
+        return {cast(ast.Constant, k).value: _literal(v) for k, v in zip(node.keys, node.values)}
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.JoinedStr) and all(isinstance(p, ast.Constant) for p in node.values):
-        return "".join(str(p.value) for p in node.values)
+        return "".join(str(cast(ast.Constant, p).value) for p in node.values)
     if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
         return _JSON_NAMES[node.id]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -205,7 +205,7 @@ def looks_like_call_list(text: str) -> bool:
                 pos = m.end()
                 continue
             commas = False
-        pos = _SPACE.match(text, pos).end()
+        pos = cast("re.Match[str]", _SPACE.match(text, pos)).end()  # (\s* always matches)
         if text.startswith("]", pos):
             return True
 
