@@ -144,7 +144,8 @@ def load_pooling_model(model: ModelInfo, tasks: list[str] | tuple[str, ...]) -> 
             else None
         ),
         pad_token_id=model.tokenizer.token_to_id(pad) if isinstance(pad, str) else None,
-        score_template=model.chat_template is not None
+        # (an empty template renders nothing: chat_template.build makes none of it)
+        score_template=bool(model.chat_template)
         and model.chat_template != _own_chat_template(path, model.tokenizer_config),
     )
 
