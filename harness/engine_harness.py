@@ -83,6 +83,18 @@ class Result:
         return ids, lps, ranks
 
 
+def bind_random(ctx: zmq.Context, kind: int, host: str,
+                options: dict[int, int] | None = None) -> zmq.Socket:
+    """A socket of ``kind`` bound to a random port of ``host``, as a frontend
+    binds (no linger, unbounded queues: the harness reads everything)."""
+    sock = ctx.socket(kind)
+    for option, value in {zmq.LINGER: 0, zmq.SNDHWM: 0, zmq.RCVHWM: 0,
+                          **(options or {})}.items():
+        sock.setsockopt(option, value)
+    sock.bind_to_random_port(f"tcp://{host}")
+    return sock
+
+
 class EngineHarness:
     """Binds what a frontend binds and talks to one engine, synchronously."""
 
@@ -101,12 +113,7 @@ class EngineHarness:
         self._call_ids = itertools.count(1)
 
     def _bind(self, kind: int, host: str) -> zmq.Socket:
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        sock.bind_to_random_port(f"tcp://{host}")
-        return sock
+        return bind_random(self.ctx, kind, host)
 
     @staticmethod
     def address(sock: zmq.Socket) -> str:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
 
 HOST = "127.0.0.1"
+
+# Ports handed out by this process: a port is found free when it is drawn, but
+# its process binds it later (seconds, for vLLM's server), so a second draw
+# meanwhile could find it free too.
+_handed_out: set[int] = set()
 
 
 def free_port(host: str = HOST) -> int:
@@ -22,15 +28,30 @@ def free_port_triple(host: str = HOST) -> int:
     return _free_run(host, 5)
 
 
-def _free_run(host: str, count: int) -> int:
+def _port_range(count: int) -> tuple[int, int]:
+    """Where to draw: below the ephemeral range, and under pytest-xdist this
+    worker's own share of it (two workers never draw the same port)."""
     ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     # A host whose ephemeral range starts low: any port, checked below as ever.
-    low, high = (20000, ephemeral_low - count) if ephemeral_low > 21000 else (1024, 65535 - count)
+    low, high = (20000, ephemeral_low) if ephemeral_low > 21000 else (1024, 65536)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if worker.startswith("gw") and worker[2:].isdigit() and workers > 1:
+        share = (high - low) // workers
+        low += int(worker[2:]) % workers * share
+        high = low + share
+    return low, high - count
+
+
+def _free_run(host: str, count: int) -> int:
+    low, high = _port_range(count)
     for _ in range(500):
         port = random.randrange(low, high)
-        if all(_port_free(host, p) for p in range(port, port + count)):
+        run = range(port, port + count)
+        if not _handed_out.intersection(run) and all(_port_free(host, p) for p in run):
+            _handed_out.update(run)
             return port
-    raise RuntimeError(f"no {count} consecutive free ports")
+    raise RuntimeError(f"no {count} consecutive free ports in {low}..{high + count}")
 
 
 def _port_free(host: str, port: int) -> bool:

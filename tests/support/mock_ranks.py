@@ -32,7 +32,7 @@ import pytest
 import zmq
 
 from engine_core.mock_control import MockControl
-from harness.engine_harness import Result, spawn_mock
+from harness.engine_harness import Result, bind_random, spawn_mock
 from protocol import handshake
 from protocol.wire import (
     ENGINE_CORE_DEAD,
@@ -67,12 +67,7 @@ class ClusterHarness:
 
     def _bind(self, kind: int, host: str, options: dict[int, int] | None = None
               ) -> zmq.Socket:
-        sock = self.ctx.socket(kind)
-        for option, value in {zmq.LINGER: 0, zmq.SNDHWM: 0, zmq.RCVHWM: 0,
-                              **(options or {})}.items():
-            sock.setsockopt(option, value)
-        sock.bind_to_random_port(f"tcp://{host}")
-        return sock
+        return bind_random(self.ctx, kind, host, options)
 
     @staticmethod
     def address(sock: zmq.Socket) -> str:
