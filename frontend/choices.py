@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from frontend.errors import ApiError
@@ -202,6 +202,11 @@ class Group:
         self.arrival = time.monotonic() if arrival is None else arrival
         # W3C trace context headers for the engine (only with request tracing).
         self.trace_headers: dict[str, str] | None = None
+        # The conversation the client names (body, X-Session-ID or vllm_xargs).
+        self.session_id: str | None = None
+        # Non-streaming: each prompt's (kv_transfer_params, ec_transfer_params)
+        # from its choice that finished last (vLLM's RequestOutput.add).
+        self.transfer_params: dict[int, tuple[Any, Any]] = {}
         self.pending: list[Delta] = []
         self.max_pending = max_pending  # bytes of stream output a slow client may hold up
         self.num_unfinished = 0

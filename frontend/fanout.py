@@ -195,6 +195,7 @@ class Table:
                     priority=priority,
                     trace_headers=group.trace_headers,
                     external_req_id=group.request_id,
+                    session_id=group.session_id,
                     reasoning_ended=reasoning_ended,
                     reasoning_parser_kwargs=reasoning_parser_kwargs,
                 ),
@@ -336,6 +337,11 @@ class Table:
             new_positions = self._apply_logprobs(choice.logprobs, out, len(new_ids))
         finished = finish is not None
         if finish is not None:  # (finished)
+            if not group.stream:  # (streams never carry them, as vLLM's)
+                group.transfer_params[choice.prompt_index] = (
+                    out.kv_transfer_params,
+                    out.ec_transfer_params,
+                )
             self._finish(choice, finish, stop_reason)
         if group.stream:
             text = choice.detok.next_text(finished)

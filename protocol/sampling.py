@@ -25,6 +25,10 @@ MIN_TEMPERATURE = 1e-2
 MAX_N_SEQUENCES = 16384
 MAX_LOGPROB_TOKEN_IDS = 128
 MAX_NUM_BAD_WORDS = 128
+# validate_thinking_token_budget's text (the engine runs it while decoding).
+THINKING_BUDGET_MESSAGE = (
+    "`thinking_token_budget` must be a non-negative integer or -1 for unlimited."
+)
 
 
 class OutputKind:
@@ -83,7 +87,13 @@ class SamplingParams(msgspec.Struct, omit_defaults=True, kw_only=True):
         default=None, name="_bad_words_token_ids"
     )
     skip_reading_prefix_cache: bool | None = None
+    # A reasoning model's thinking budget (the engine enforces it only when it
+    # was started with a reasoning config).
+    thinking_token_budget: int | None = None
     repetition_detection: RepetitionDetection | None = None
+    # Leave out the first N prompt tokens of the routed-experts data the engine
+    # returns (--enable-return-routed-experts).
+    routed_experts_prompt_start: int = 0
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,8 @@ def normalize(p: SamplingParams) -> None:
         p.bad_words = list(dict.fromkeys(p.bad_words))
     if p.logit_bias:
         p.logit_bias = {k: min(100.0, max(-100.0, v)) for k, v in p.logit_bias.items()}
+    if p.thinking_token_budget == -1:  # unlimited
+        p.thinking_token_budget = None
 
 
 def check(p: SamplingParams, limits: ModelLimits | None = None) -> None:
@@ -227,6 +239,21 @@ def _check_args(p: SamplingParams, max_n: int) -> None:
         raise ValidationError(f"output_kind must be 0, 1 or 2, got {p.output_kind}.")
     if p.repetition_detection is not None:
         _check_repetition_detection(p.repetition_detection)
+    if p.thinking_token_budget is not None and (
+        type(p.thinking_token_budget) is not int or p.thinking_token_budget < 0
+    ):
+        raise ValidationError(
+            THINKING_BUDGET_MESSAGE,
+            parameter="thinking_token_budget",
+            value=p.thinking_token_budget,
+        )
+    if type(p.routed_experts_prompt_start) is not int or p.routed_experts_prompt_start < 0:
+        raise ValidationError(
+            f"routed_experts_prompt_start must be a non-negative integer, got "
+            f"{p.routed_experts_prompt_start!r}.",
+            parameter="routed_experts_prompt_start",
+            value=p.routed_experts_prompt_start,
+        )
     if p.structured_outputs is not None:
         check_structured(p.structured_outputs)
     # __post_init__ raises temperatures in (0, MIN_TEMPERATURE) to

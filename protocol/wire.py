@@ -73,6 +73,10 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, gc=False):
     reasoning_ended: bool | None = None
     # {"chat_template_kwargs": {...}} for the engine's reasoning parser.
     reasoning_parser_kwargs: dict[str, Any] | None = None
+    # (vLLM's P/D clean-up ADD for a request refused before it ran; never sent here)
+    abort_immediately: bool = False
+    # A conversation's stable id (the engine tags its KV-cache events with it).
+    session_id: str | None = None
 
 
 class LogprobsLists(msgspec.Struct, array_like=True, gc=False):

@@ -206,6 +206,30 @@ SHAPES: list[Shape] = [
           tools=[{"type": "function", "function": {"name": "f"}}], tool_choice="none"),
     error("unknown-part-type", [{"role": "user", "content": [{"type": "video", "x": 1}]}]),
     error("missing-role", [{"content": "Hi"}]),
+    # ------------------------------------------- every request field vLLM accepts
+    # (issue 24; tests/test_request_fields.py checks none is dropped)
+    shape("logprob-token-ids", logprobs=True, logprob_token_ids=[5, 17, 300]),
+    shape("logprob-token-ids-top-logprobs-ignored", logprobs=True, top_logprobs=1,
+          logprob_token_ids=[17, 9]),
+    streamed("logprob-token-ids", logprobs=True, logprob_token_ids=[5, 9], max_tokens=4),
+    error("logprob-token-ids-without-logprobs", logprob_token_ids=[5]),
+    error("logprob-token-ids-out-of-vocab", logprobs=True, logprob_token_ids=[5, 10 ** 6]),
+    shape("vllm-xargs", vllm_xargs={"a": 1, "b": ["x", 2]}),
+    error("vllm-xargs-nested", vllm_xargs={"a": [{"b": 1}]}),
+    shape("kv-transfer-params", kv_transfer_params={"do_remote_decode": False}),
+    shape("ec-transfer-params", ec_transfer_params={"a": 1}),
+    streamed("kv-transfer-params", kv_transfer_params={"do_remote_decode": False},
+             stream_options=USAGE),
+    error("kv-transfer-params-string", kv_transfer_params="x"),
+    shape("session-id", session_id="chat-7"),
+    shape("thinking-budget-unlimited", thinking_token_budget=-1),
+    error("thinking-budget-without-reasoning", thinking_token_budget=16),
+    error("thinking-budget-string", thinking_token_budget="5"),
+    shape("routed-experts-start", routed_experts_prompt_start=2),
+    error("routed-experts-start-past-prompt", routed_experts_prompt_start=10 ** 5),
+    shape("watermarking", watermarking=True),
+    shape("return-token-offsets-mm-payload", return_token_offsets=True, mm_payload="none"),
+    shape("mm-kwargs-empty", mm_processor_kwargs={}, media_io_kwargs={}),
 ]
 
 # Error messages that differ on purpose (status, type and code still match).
@@ -221,6 +245,7 @@ MESSAGE_DIFFERS: dict[str, str] = {
     "error-messages-not-a-list": "pydantic's error dict repr vs our plain message",
     "error-missing-messages": "pydantic's error dict repr vs our plain message",
     "error-too-many-stop-strings": "pydantic reports two errors (string and list); ours one",
+    "error-kv-transfer-params-string": "pydantic's error dict repr vs msgspec's message",
 }
 
 # Where we answer differently on purpose: shape id -> (reason, check of our answer).

@@ -167,6 +167,8 @@ RULES = [
     Rule("repetition-detection-min-count", dict(
         repetition_detection=RepetitionDetection(max_pattern_size=4, min_count=1)),
         vllm=_rd(4, 0, 1)),
+    Rule("thinking-budget-below-minus-1", dict(thinking_token_budget=-5)),
+    Rule("thinking-budget-fraction", dict(thinking_token_budget=1.5), wire="type"),
 ]
 
 
@@ -489,7 +491,6 @@ MODEL_FUNCTIONS = [VSamplingParams._validate_logprobs, VSamplingParams._validate
                    VSamplingParams._validate_allowed_token_ids,
                    VSamplingParams.update_from_tokenizer]
 NOT_SENT = [  # (text in the message, the SamplingParams field we never put on the wire)
-    ("thinking_token_budget", "thinking_token_budget"),
     ("prompt_logprob_token_ids", "prompt_logprob_token_ids"),
     ("prompt_logprob_start", "prompt_logprob_start"),
     ("bad_words entries must tokenize", None),  # the frontend's tokenizer step, not ours

@@ -153,6 +153,9 @@ def expected_vllm_sampling(p: SamplingParams) -> dict[str, Any]:
         "structured_outputs": (
             "structured_outputs",
             None if p.structured_outputs is None else p.structured_outputs.as_dict()),
+        "thinking_token_budget": ("thinking_token_budget", p.thinking_token_budget),
+        "routed_experts_prompt_start": (
+            "routed_experts_prompt_start", p.routed_experts_prompt_start),
     }
 
 
@@ -179,7 +182,8 @@ REQUEST_LEVEL = ("request_id", "prompt_token_ids", "mm_features", "pooling_param
                  "arrival_time", "lora_request", "cache_salt", "data_parallel_rank",
                  "prompt_embeds", "prompt_is_token_ids", "client_index", "current_wave",
                  "priority", "trace_headers", "resumable", "external_req_id",
-                 "reasoning_ended", "reasoning_parser_kwargs")
+                 "reasoning_ended", "reasoning_parser_kwargs", "abort_immediately",
+                 "session_id")
 
 
 def assert_request_equal(ours: wire.EngineCoreRequest, theirs: VRequest) -> None:
@@ -188,8 +192,7 @@ def assert_request_equal(ours: wire.EngineCoreRequest, theirs: VRequest) -> None
         assert getattr(theirs, name) == getattr(ours, name), name
     assert type(theirs.arrival_time) is float
     # vLLM-only trailing fields we never send take their defaults.
-    assert theirs.abort_immediately is False
-    assert theirs.session_id is None and theirs.kv_hints is None
+    assert theirs.kv_hints is None
     assert_sampling_equal(ours.sampling_params, theirs.sampling_params)
 
 
@@ -198,7 +201,7 @@ def test_request_layout_is_a_prefix_of_vllms():
     the ones after them we never send (their defaults apply)."""
     ours, theirs = wire.EngineCoreRequest.__struct_fields__, VRequest.__struct_fields__
     assert theirs[:len(ours)] == ours
-    assert set(theirs[len(ours):]) == {"abort_immediately", "session_id", "kv_hints"}
+    assert set(theirs[len(ours):]) == {"kv_hints"}
 
 
 def full_sampling_params() -> SamplingParams:
@@ -214,9 +217,10 @@ def full_sampling_params() -> SamplingParams:
         logit_bias={3: 1.5, 17: -100.0, 999: 100.0}, allowed_token_ids=[1, 2, 3, 17],
         extra_args={"kv_transfer_params": {"x": [1, 2**63, -(2**63)]}, "tag": "t"},
         bad_words=["bad", "worse", "bad"], bad_words_token_ids=[[10], [11, 12]],
-        skip_reading_prefix_cache=False,
+        skip_reading_prefix_cache=False, thinking_token_budget=64,
         repetition_detection=RepetitionDetection(max_pattern_size=8, min_pattern_size=2,
                                                  min_count=3),
+        routed_experts_prompt_start=2,
         structured_outputs=StructuredOutputsParams(json={"type": "object"}, backend="xgrammar",
                                                    backend_was_auto=True),
     )
@@ -254,7 +258,8 @@ def test_add_every_field_decodes_in_vllm():
                        data_parallel_rank=0, current_wave=2, resumable=True,
                        reasoning_ended=False, reasoning_parser_kwargs={
                            "chat_template_kwargs": {"enable_thinking": True,
-                                                    "documents": [{"title": "t"}]}})
+                                                    "documents": [{"title": "t"}]}},
+                       session_id="conversation-7")
     frames = wire.encode_add(req, LIMITS)
     assert frames[0] == b"\x00" and len(frames) == 2
     decoded = vllm_decode_add(frames)
@@ -269,7 +274,8 @@ def test_add_every_field_decodes_in_vllm():
     assert sp.output_kind is RequestOutputKind.DELTA
     assert sp.repetition_detection.min_count == 3
     assert decoded.external_req_id == "req-1" and decoded.priority == -3
-    assert decoded.cache_salt == "tenant-7"
+    assert decoded.cache_salt == "tenant-7" and decoded.session_id == "conversation-7"
+    assert sp.thinking_token_budget == 64 and sp.routed_experts_prompt_start == 2
 
 
 def test_add_defaults_and_greedy_normalisation():

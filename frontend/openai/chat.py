@@ -24,9 +24,11 @@ from frontend.openai import beam_search, tooling
 from frontend.openai import validators as rules
 from frontend.openai.common import (
     decode_body,
+    reasoning_enabled,
     request_id_for,
     serve_group,
     stream_usage_flags,
+    transfer_params,
     usage_dict,
 )
 from frontend.openai.counting import BodyCounts, choice_counter
@@ -72,10 +74,9 @@ class ChatCompletionRequest(SamplingRequest, kw_only=True):
     documents: list[Any] | None = None
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    session_id: str | None = None
     return_prompt_text: bool | None = None
-    kv_transfer_params: dict[str, Any] | None = None
-    ec_transfer_params: dict[str, Any] | None = None
+    media_io_kwargs: Any = None
+    mm_processor_kwargs: Any = None
 
     def to_sampling_fields(self) -> SamplingFields:
         """vLLM's ``to_sampling_params``: ``logprobs`` is a flag and
@@ -85,7 +86,7 @@ class ChatCompletionRequest(SamplingRequest, kw_only=True):
             prompt_logprobs = self.top_logprobs
         return self.sampling_fields(
             n=self.n if self.n is not None else 1,
-            logprobs=self.top_logprobs if self.logprobs else None,
+            logprobs=self.top_logprobs if self.logprobs and not self.logprob_token_ids else None,
             prompt_logprobs=prompt_logprobs,
         )
 
@@ -141,10 +142,6 @@ def check_supported(req: ChatCompletionRequest, state: AppState) -> None:
             param="functions",
         )
     check_template_override(req.chat_template, req.chat_template_kwargs)
-    if req.logprob_token_ids:
-        raise ApiError(
-            "logprob_token_ids is not supported by this frontend", param="logprob_token_ids"
-        )
 
 
 # Admission control: ``n``.
@@ -225,6 +222,8 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
     if plan.skip_special_tokens is False:  # the parser reads its marker tokens
         fields.skip_special_tokens = False
     params = build_sampling_params(model, fields, max_tokens=max_tokens, stream=bool(req.stream))
+    rules.check_thinking_budget_supported(params.thinking_token_budget, reasoning_enabled(state))
+    rules.check_routed_experts_prompt_start(params.routed_experts_prompt_start, len(prompt_ids))
     params.structured_outputs = await resolve_structured_outputs(
         plan.constraints, state.config.structured_outputs
     )
@@ -236,6 +235,7 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
         arrival=arrival,
     )
     group.lora = state.lora.get(served)
+    group.session_id = req.resolve_session_id(request.headers)
     for j in range(params.n):
         state.table.add_choice(
             group,
@@ -317,7 +317,8 @@ class ChatView:
         return chat_logprobs(
             token_ids,
             positions or [],
-            self.req.top_logprobs,
+            # logprob_token_ids: every listed id (vLLM's return_all), top_logprobs ignored
+            -1 if self.req.logprob_token_ids else self.req.top_logprobs,
             bool(self.req.return_tokens_as_token_ids),
             token_bytes=not self.req.use_beam_search,
         )
@@ -381,8 +382,7 @@ class ChatView:
             ),
             "prompt_token_ids": prompt_ids if req.return_token_ids else None,
             "prompt_text": self.prompt_text,
-            "kv_transfer_params": None,
-            "ec_transfer_params": None,
+            **transfer_params(self.group),
             "metrics": None,
         }
 

@@ -149,3 +149,18 @@ async def serve_group(
         return web.Response(body=state.json(view.full_response()), content_type="application/json")
     finally:
         table.release(group)
+
+
+def reasoning_enabled(state: AppState) -> bool:
+    """vLLM's reasoning_config is enabled: a reasoning parser (every one
+    here has its start and end strings)."""
+    parsers = state.parsers
+    return parsers is not None and parsers.reasoning_parser is not None
+
+
+def transfer_params(group: Group) -> dict[str, Any]:
+    """The non-streaming response's ``kv_transfer_params`` and
+    ``ec_transfer_params``: the first prompt's, from its choice that finished
+    last (vLLM's ``final_res_batch[0]``); null when the engine sent none."""
+    kv, ec = group.transfer_params.get(0, (None, None))
+    return {"kv_transfer_params": kv, "ec_transfer_params": ec}

@@ -21,9 +21,11 @@ from frontend.openai import beam_search
 from frontend.openai import validators as rules
 from frontend.openai.common import (
     decode_body,
+    reasoning_enabled,
     request_id_for,
     serve_group,
     stream_usage_flags,
+    transfer_params,
     usage_dict,
 )
 from frontend.openai.counting import BodyCounts, choice_counter
@@ -59,6 +61,9 @@ class CompletionRequest(SamplingRequest, kw_only=True):
     suffix: str | None = None
     add_special_tokens: bool = True
     prompt_embeds: Any = None
+    # Not fields of vLLM's CompletionRequest, but read (and checked) as extras.
+    mm_processor_kwargs: Any = None
+    media_io_kwargs: Any = None
 
     def to_sampling_fields(self) -> SamplingFields:
         """vLLM's ``to_sampling_params``: echo asks for the prompt's logprobs, and
@@ -181,6 +186,7 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
         arrival=arrival,
     )
     group.lora = state.lora.get(served)
+    group.session_id = req.resolve_session_id(request.headers)
     model = state.model
     fields = req.to_sampling_fields()
     grammar = None
@@ -198,6 +204,10 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
             max_tokens=1 if echo_without_generation else max_tokens,
             stream=bool(req.stream),
         )
+        rules.check_thinking_budget_supported(
+            params.thinking_token_budget, reasoning_enabled(state)
+        )
+        rules.check_routed_experts_prompt_start(params.routed_experts_prompt_start, len(ids))
         if p_idx == 0:  # after the sampling checks, as vLLM validates it; once per request
             grammar = await resolve_structured_outputs(constraints, state.config.structured_outputs)
         params.structured_outputs = grammar
@@ -299,8 +309,7 @@ class CompletionView:
             "service_tier": None,
             "system_fingerprint": self.state.system_fingerprint,
             "usage": usage_dict(num_prompt, num_generated, details=True),
-            "kv_transfer_params": None,
-            "ec_transfer_params": None,
+            **transfer_params(self.group),
             "metrics": None,
         }
 

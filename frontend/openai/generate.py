@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
+from frontend import structured as so
 from frontend.choices import Choice, Delta, Group
 from frontend.errors import ApiError, invalid
 from frontend.model import ModelInfo
@@ -20,9 +21,11 @@ from frontend.openai import validators as rules
 from frontend.openai.common import (
     StreamOptions,
     decode_body,
+    reasoning_enabled,
     request_id_for,
     serve_group,
     stream_usage_flags,
+    transfer_params,
     usage_dict,
 )
 from frontend.openai.counting import BodyCounts, choice_counter
@@ -31,7 +34,13 @@ from frontend.openai.logprobs import (
     generate_token_logprobs,
     prompt_logprobs_json,
 )
-from frontend.openai.sampling import child_params, finalize, get_max_tokens
+from frontend.openai.sampling import (
+    child_params,
+    finalize,
+    get_max_tokens,
+    resolve_structured_outputs,
+    resolve_watermarking,
+)
 from frontend.openai.sse import stream_group
 from frontend.state import AppState
 from frontend.text import Position
@@ -66,6 +75,23 @@ class GenerateSamplingParams(msgspec.Struct, kw_only=True):
     bad_words: list[str] | None = None
     repetition_detection: RepetitionDetection | None = None
     stream_interval: int | None = None
+    watermarking: bool | None = None
+    logprob_token_ids: list[int] | None = None
+    structured_outputs: Any = None
+    extra_args: dict[str, Any] | None = None
+    skip_reading_prefix_cache: bool | None = None
+    thinking_token_budget: Any = None  # an int >= 0, or -1 (checked by hand)
+    routed_experts_prompt_start: int = 0
+    # Refused with vLLM's messages (they need engine features vLLM gates).
+    prompt_logprob_token_ids: Any = None
+    prompt_logprob_start: int | None = None
+    trace_decode_token_ids: Any = None
+    # Accepted and without effect, as in vLLM's server: how vLLM's own output
+    # processor stores logprobs, and fields its server overwrites.
+    flat_logprobs: bool = False
+    output_kind: int | None = None
+    skip_clone: bool = False
+    output_text_buffer_length: int = 0
 
 
 class GenerateRequest(msgspec.Struct, kw_only=True):
@@ -79,6 +105,47 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     return_token_ids: bool | None = None
     cache_salt: str | None = None
     priority: int = 0
+    # Structured outputs behind a reasoning parser: whether the prompt already
+    # ended the reasoning, and the template kwargs the engine's parser reads.
+    reasoning_ended: bool | None = None
+    reasoning_parser_kwargs: Any = None  # {"chat_template_kwargs": {...}} (checked by hand)
+    # Sent as given (an empty object too), back in the non-streaming response.
+    kv_transfer_params: Any = None  # dict[str, Any] | None (checked by hand)
+    ec_transfer_params: Any = None
+    token_offsets: Any = None  # (the render routes' output; accepted, unused)
+    # Multimodal inputs (refused: this route serves text-only models here).
+    features: Any = None
+    content_parts: Any = None
+
+
+def check_refused_fields(req: GenerateRequest) -> None:
+    """Fields vLLM's server accepts only with engine features it gates, refused
+    with its messages; multimodal inputs, which need a multimodal model."""
+    sp = req.sampling_params
+    if sp.trace_decode_token_ids:
+        raise invalid(
+            "trace_decode_token_ids is set but trace replay is not enabled. Start the engine "
+            "with --enable-trace-replay to use it.",
+        )
+    if sp.prompt_logprob_token_ids is not None:
+        if req.stream:
+            raise invalid("prompt_logprob_token_ids are not available when stream=true.")
+        raise invalid(
+            "prompt_logprob_token_ids requires the V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1).",
+            "prompt_logprob_token_ids",
+        )
+    if sp.prompt_logprob_start is not None:
+        raise invalid(
+            "prompt_logprob_start requires prompt_logprob_token_ids.",
+            "prompt_logprob_start",
+            sp.prompt_logprob_start,
+        )
+    for name in ("features", "content_parts"):
+        if getattr(req, name) is not None:
+            raise invalid(
+                f"{name}: multimodal inputs need a multimodal model; this one is text-only",
+                name,
+            )
 
 
 def to_engine_params(sp: GenerateSamplingParams, model: ModelInfo, stream: bool) -> SamplingParams:
@@ -118,9 +185,27 @@ def to_engine_params(sp: GenerateSamplingParams, model: ModelInfo, stream: bool)
         allowed_token_ids=sp.allowed_token_ids,
         bad_words=list(sp.bad_words or []),
         repetition_detection=sp.repetition_detection,
-        watermarking=False,
+        watermarking=resolve_watermarking(sp.watermarking),
+        logprob_token_ids=sp.logprob_token_ids,
+        extra_args=sp.extra_args,
+        thinking_token_budget=rules.thinking_token_budget(sp.thinking_token_budget),
+        routed_experts_prompt_start=sp.routed_experts_prompt_start,
+        skip_reading_prefix_cache=sp.skip_reading_prefix_cache,
     )
     return finalize(params, model)
+
+
+def engine_extra_args(req: GenerateRequest, extra_args: dict[str, Any] | None) -> Any:
+    """The route's transfer params join the sampling params' extra_args
+    (``is not None``: an empty object is sent too, unlike chat's)."""
+    if req.kv_transfer_params is None and req.ec_transfer_params is None:
+        return extra_args
+    out = dict(extra_args or {})
+    if req.kv_transfer_params is not None:
+        out["kv_transfer_params"] = req.kv_transfer_params
+    if req.ec_transfer_params is not None:
+        out["ec_transfer_params"] = req.ec_transfer_params
+    return out
 
 
 def check_prompt_len(prompt_len: int, max_model_len: int) -> None:
@@ -151,6 +236,11 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
     # (vLLM's GenerateRequest has no stream_options check: it is ignored
     # without stream.)
     params = to_engine_params(req.sampling_params, state.model, bool(req.stream))
+    req.reasoning_parser_kwargs = rules.check_reasoning_parser_kwargs(req.reasoning_parser_kwargs)
+    req.kv_transfer_params = rules.check_object(req.kv_transfer_params, "kv_transfer_params")
+    req.ec_transfer_params = rules.check_object(req.ec_transfer_params, "ec_transfer_params")
+    params.extra_args = engine_extra_args(req, params.extra_args)
+    check_refused_fields(req)
     rules.check_cache_salt(req.cache_salt)
     served = state.resolve_model(req.model)
     max_num_seqs = state.ready.max_num_seqs if state.ready else 0
@@ -170,6 +260,13 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
             state.model.override_max_tokens,
         )
     check_prompt_len(prompt_len, state.max_model_len)
+    rules.check_thinking_budget_supported(params.thinking_token_budget, reasoning_enabled(state))
+    rules.check_routed_experts_prompt_start(params.routed_experts_prompt_start, prompt_len)
+    if req.sampling_params.structured_outputs is not None:
+        params.structured_outputs = await resolve_structured_outputs(
+            so.parse(None, req.sampling_params.structured_outputs),
+            state.config.structured_outputs,
+        )
     rid = request_id_for(request, req.request_id)
     group = Group(
         f"generate-tokens-{rid}",
@@ -177,6 +274,7 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
         max_pending=state.config.max_stream_buffer,
     )
     group.lora = state.lora.get(served)
+    group.session_id = request.headers.get("X-Session-ID")  # (no body field here)
     for j in range(params.n):
         state.table.add_choice(
             group,
@@ -187,7 +285,14 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
         )
     view = GenerateView(state, req, group, served)
     return await serve_group(
-        state, request, group, view, priority=req.priority, cache_salt=req.cache_salt
+        state,
+        request,
+        group,
+        view,
+        priority=req.priority,
+        cache_salt=req.cache_salt,
+        reasoning_ended=req.reasoning_ended,
+        reasoning_parser_kwargs=req.reasoning_parser_kwargs,
     )
 
 
@@ -262,8 +367,7 @@ class GenerateView:
             "prompt_token_ids": prompt_ids if self.req.return_token_ids else None,
             "mm_placeholders": None,
             "metrics": None,
-            "kv_transfer_params": None,
-            "ec_transfer_params": None,
+            **transfer_params(self.group),
             "output_mode": self.req.output_mode,
             "choices": choices,
         }

@@ -13,16 +13,28 @@ A field typed ``Any`` is checked by the route itself, the way vLLM checks it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from frontend.errors import schema_error
 from frontend.openai.common import StreamOptions
-from frontend.openai.sampling import SamplingFields
-from frontend.openai.validators import check_at_least, check_one_of, check_stop, lax_int
+from frontend.openai.sampling import SamplingFields, transfer_extra_args
+from frontend.openai.validators import (
+    check_at_least,
+    check_lax_bool,
+    check_object,
+    check_one_of,
+    check_stop,
+    check_str,
+    check_vllm_xargs,
+    lax_int,
+    thinking_token_budget,
+)
 
 TRUNCATION_SIDES = ("left", "right")
+MM_PAYLOADS = ("tensors", "none")
 
 
 class SamplingRequest(msgspec.Struct, kw_only=True):
@@ -64,6 +76,20 @@ class SamplingRequest(msgspec.Struct, kw_only=True):
     cache_salt: Any = None  # a string; vLLM's check_cache_salt_support sees the raw value
     repetition_detection: dict[str, int] | None = None
     stream_interval: int | None = None
+    # Disaggregated serving: to the engine's KV/EC connectors in extra_args,
+    # and back in the (non-streaming) response.
+    # (Any: checked by hand, for pydantic's messages)
+    kv_transfer_params: Any = None  # dict[str, Any] | None
+    ec_transfer_params: Any = None  # dict[str, Any] | None
+    vllm_xargs: Any = None  # custom logits processors' arguments
+    thinking_token_budget: Any = None  # an int >= 0, or -1
+    session_id: Any = None  # str | None
+    routed_experts_prompt_start: int = 0
+    watermarking: Any = None  # a lax bool
+    # Only the /render routes use these; generation accepts and ignores them.
+    return_token_offsets: bool | None = False
+    mm_payload: Any = "tensors"  # "tensors" | "none"
+    return_mm_kwargs: bool | None = None
 
     def check_shared_fields(self) -> None:
         """The field constraints both routes have (pydantic's, after the model
@@ -80,6 +106,14 @@ class SamplingRequest(msgspec.Struct, kw_only=True):
         check_at_least(self.truncate_prompt_tokens, -1, "truncate_prompt_tokens")
         check_one_of(self.truncation_side, TRUNCATION_SIDES, "truncation_side")
         check_at_least(self.stream_interval, 1, "stream_interval")
+        self.kv_transfer_params = check_object(self.kv_transfer_params, "kv_transfer_params")
+        self.ec_transfer_params = check_object(self.ec_transfer_params, "ec_transfer_params")
+        self.vllm_xargs = check_vllm_xargs(self.vllm_xargs)
+        self.session_id = check_str(self.session_id, "session_id")
+        check_at_least(self.routed_experts_prompt_start, 0, "routed_experts_prompt_start")
+        self.watermarking = check_lax_bool(self.watermarking, "watermarking")
+        check_one_of(self.mm_payload, MM_PAYLOADS, "mm_payload")
+        self.thinking_token_budget = thinking_token_budget(self.thinking_token_budget)
 
     def sampling_fields(
         self, *, n: int, logprobs: int | None, prompt_logprobs: int | None
@@ -111,4 +145,20 @@ class SamplingRequest(msgspec.Struct, kw_only=True):
             allowed_token_ids=self.allowed_token_ids,
             bad_words=self.bad_words,
             repetition_detection=self.repetition_detection,
+            thinking_token_budget=self.thinking_token_budget,
+            routed_experts_prompt_start=self.routed_experts_prompt_start,
+            extra_args=transfer_extra_args(
+                self.vllm_xargs, self.kv_transfer_params, self.ec_transfer_params
+            ),
+            watermarking=self.watermarking,
+        )
+
+    def resolve_session_id(self, headers: Mapping[str, str]) -> str | None:
+        """vLLM's _get_session_id: the body's, the X-Session-ID header's, or
+        vllm_xargs' (the first given)."""
+        from_xargs = (self.vllm_xargs or {}).get("session_id")
+        return (
+            self.session_id
+            or headers.get("X-Session-ID")
+            or (from_xargs if isinstance(from_xargs, str) and from_xargs else None)
         )

@@ -9,6 +9,7 @@ vLLM's messages; nothing reaches the engine unvalidated.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import msgspec
@@ -27,6 +28,8 @@ from protocol.sampling import (
     normalize,
 )
 from protocol.structured import StructuredOutputsParams
+
+log = logging.getLogger("frontend.sampling")
 
 # Knobs with a server default (vLLM's _DEFAULT_SAMPLING_PARAMS).
 OPENAI_DEFAULTS = {
@@ -156,6 +159,11 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     allowed_token_ids: list[int] | None = None
     bad_words: list[str] | None = None
     repetition_detection: dict[str, int] | None = None
+    thinking_token_budget: int | None = None
+    routed_experts_prompt_start: int = 0
+    # vllm_xargs with the request's kv/ec transfer params (vLLM's extra_args)
+    extra_args: dict[str, Any] | None = None
+    watermarking: bool | None = None
 
 
 def build_sampling_params(
@@ -199,11 +207,47 @@ def build_sampling_params(
             repetition_detection=(
                 msgspec.convert(repetition, RepetitionDetection) if repetition else None
             ),
-            watermarking=False,
+            watermarking=resolve_watermarking(fields.watermarking),
+            thinking_token_budget=fields.thinking_token_budget,
+            routed_experts_prompt_start=fields.routed_experts_prompt_start,
+            extra_args=fields.extra_args,
         )
     except msgspec.ValidationError as e:
         raise ApiError(str(e)) from e
     return finalize(params, model)
+
+
+_watermark_warned = False
+
+
+def resolve_watermarking(requested: bool | None) -> bool:
+    """vLLM's resolve_watermarking without a watermark config (the engine's
+    --watermark-config is not the frontend's to know): never applied, and
+    vLLM's one warning the first time a request asks for it."""
+    global _watermark_warned
+    if requested is True and not _watermark_warned:
+        _watermark_warned = True
+        log.warning(
+            "Watermarking is enabled for this request, but the engine has no watermark "
+            "configuration. This and subsequent requests will run without watermarking."
+        )
+    return False
+
+
+def transfer_extra_args(
+    vllm_xargs: dict[str, Any] | None,
+    kv_transfer_params: dict[str, Any] | None,
+    ec_transfer_params: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """vLLM's extra_args: the request's vllm_xargs, with its KV/EC transfer
+    parameters (disaggregated prefill/decode) under their keys; the engine's
+    connectors read them there. Empty ones are not sent."""
+    extra_args = dict(vllm_xargs) if vllm_xargs else {}
+    if kv_transfer_params:
+        extra_args["kv_transfer_params"] = kv_transfer_params
+    if ec_transfer_params:
+        extra_args["ec_transfer_params"] = ec_transfer_params
+    return extra_args or None
 
 
 def _or_default(value: Any, name: str, model_defaults: dict[str, Any]) -> Any:
@@ -227,7 +271,8 @@ def finalize(params: SamplingParams, model: ModelInfo) -> SamplingParams:
     apply_generation_config(
         params, eos_token_id=model.eos_token_id, generation_eos_ids=model.generation_eos_ids
     )
-    params.skip_reading_prefix_cache = params.prompt_logprobs is not None
+    if params.skip_reading_prefix_cache is None:  # (generate's body may set it)
+        params.skip_reading_prefix_cache = params.prompt_logprobs is not None
     return params
 
 

@@ -18,7 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from frontend.errors import invalid, schema_error
+from frontend.errors import (
+    bool_error,
+    field_error,
+    invalid,
+    lax_bool,
+    schema_error,
+    validation_errors,
+)
+from protocol.sampling import THINKING_BUDGET_MESSAGE
 
 MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS
 MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
@@ -189,15 +197,18 @@ def check_stop(stop: Any) -> None:
 # ``Field(ge=minimum)`` (truncate_prompt_tokens: -1, stream_interval: 1)
 def check_at_least(value: int | None, minimum: int, name: str) -> None:
     if value is not None and value < minimum:
-        raise schema_error(f"Input should be greater than or equal to {minimum}", f"body.{name}")
+        raise validation_errors(
+            [field_error("greater_than_equal", ("body", name), value, {"ge": minimum})]
+        )
 
 
 # a ``Literal[...] | None`` field (truncation_side, reasoning_effort)
 def check_one_of(value: Any, allowed: Sequence[str], name: str) -> None:
     if value is not None and value not in allowed:
         quoted = [f"'{a}'" for a in allowed]
-        raise schema_error(
-            f"Input should be {', '.join(quoted[:-1])} or {quoted[-1]}", f"body.{name}"
+        expected = f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+        raise validation_errors(
+            [field_error("literal_error", ("body", name), value, {"expected": expected})]
         )
 
 
@@ -211,3 +222,117 @@ def check_token_ids(token_ids: list[int]) -> None:
         raise schema_error(
             "Value error, token_ids must not contain negative values", "body.token_ids"
         )
+
+
+# ThinkingTokenBudget (validate_thinking_token_budget): an int >= 0, or -1 for
+# unlimited (None)
+def thinking_token_budget(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not is_int(value) or value < -1:
+        raise invalid(THINKING_BUDGET_MESSAGE, "thinking_token_budget", value)
+    return None if value == -1 else value
+
+
+# InputProcessor: a thinking budget needs the reasoning config a reasoning
+# parser gives (its start and end strings)
+def check_thinking_budget_supported(budget: int | None, reasoning_enabled: bool) -> None:
+    if budget is not None and not reasoning_enabled:
+        raise invalid(
+            "thinking_token_budget is set but reasoning_config is not configured. Please set "
+            "--reasoning-parser and/or --reasoning-config to use thinking_token_budget."
+        )
+
+
+# InputProcessor.process_inputs, per prompt
+def check_routed_experts_prompt_start(start: int, prompt_len: int) -> None:
+    if not 0 <= start <= prompt_len:
+        raise invalid(
+            f"routed_experts_prompt_start must be between 0 and the prompt length "
+            f"({prompt_len}), inclusive.",
+            "routed_experts_prompt_start",
+            start,
+        )
+
+
+_XARG_SCALARS = ("string_type", "int_type", "float_type")
+
+
+# vllm_xargs: dict[str, str | int | float | list[str | int | float]] (lax: a
+# bool is an int). vLLM's rendering leaves the union's members out of ``loc``.
+def check_vllm_xargs(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    loc = ("body", "vllm_xargs")
+    if not isinstance(value, dict):
+        raise validation_errors([field_error("dict_type", loc, value)])
+    errors: list[dict] = []
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, list):
+            bad = [(i, x) for i, x in enumerate(item) if not _xarg_scalar(x)]
+            if bad:  # every member of the union fails: the scalars, then the list's items
+                errors += [field_error(kind, (*loc, key), item) for kind in _XARG_SCALARS]
+                for i, x in bad:
+                    errors += [field_error(kind, (*loc, key, i), x) for kind in _XARG_SCALARS]
+            out[key] = [_xarg(x) for x in item]
+        elif _xarg_scalar(item):
+            out[key] = _xarg(item)
+        else:
+            errors += [field_error(kind, (*loc, key), item) for kind in _XARG_SCALARS]
+            errors.append(field_error("list_type", (*loc, key), item))
+    if errors:
+        raise validation_errors(errors)
+    return out
+
+
+def _xarg_scalar(value: Any) -> bool:
+    return isinstance(value, (str, int, float))
+
+
+def _xarg(value: Any) -> Any:
+    return int(value) if isinstance(value, bool) else value
+
+
+# a lax ``bool | None`` field typed by hand (watermarking)
+def check_lax_bool(value: Any, name: str) -> bool | None:
+    if value is None:
+        return None
+    flag = lax_bool(value)
+    if flag is None:
+        raise validation_errors([bool_error(("body", name), value)])
+    return flag
+
+
+# a ``dict[str, Any] | None`` field typed by hand (kv/ec_transfer_params)
+def check_object(value: Any, name: str) -> dict[str, Any] | None:
+    if value is not None and not isinstance(value, dict):
+        raise validation_errors([field_error("dict_type", ("body", name), value)])
+    return value
+
+
+# a ``str | None`` field typed by hand (session_id)
+def check_str(value: Any, name: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise validation_errors([field_error("string_type", ("body", name), value)])
+    return value
+
+
+# GenerateRequest.reasoning_parser_kwargs: {"chat_template_kwargs": dict}, extra="forbid"
+def check_reasoning_parser_kwargs(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    loc = ("body", "reasoning_parser_kwargs")
+    if not isinstance(value, dict):
+        raise validation_errors([field_error("model_attributes_type", loc, value)])
+    errors = [
+        field_error("extra_forbidden", (*loc, k), v)
+        for k, v in value.items()
+        if k != "chat_template_kwargs"
+    ]
+    kwargs = value.get("chat_template_kwargs", {})
+    if not isinstance(kwargs, dict):
+        errors.insert(0, field_error("dict_type", (*loc, "chat_template_kwargs"), kwargs))
+    if errors:
+        raise validation_errors(errors)
+    return {"chat_template_kwargs": kwargs}
