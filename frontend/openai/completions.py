@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -41,6 +42,7 @@ from frontend.openai.sampling import (
 )
 from frontend.openai.sse import stream_group
 from frontend.state import AppState
+from protocol.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from frontend.text import Position
@@ -150,8 +152,22 @@ def _is_token(value: Any) -> bool:
 count_choices = choice_counter(BodyCounts.prompts_times_n)
 
 
-async def create_completion(state: AppState, request: web.Request) -> web.StreamResponse:
-    req = await decode_body(request, CompletionRequest)
+@dataclass
+class PreparedCompletion:
+    """A completion request taken as far as the engine: its prompts rendered
+    and each one's sampling params (none for beam search)."""
+
+    served: str
+    rendered: list[tuple[list[int], str | None]]
+    arrival: float
+    params: list[SamplingParams] | None
+
+
+async def prepare(
+    state: AppState, req: CompletionRequest, *, engine_checks: bool = True
+) -> PreparedCompletion:
+    """vLLM's completion preprocessing: every check, the prompts, each
+    prompt's sampling params (their max_tokens depends on its length)."""
     constraints = validate_request(req)
     beam_search.check_not_streaming(req)
     served = state.resolve_model(req.model)
@@ -166,30 +182,13 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
         truncation_side=req.truncation_side,
         detokenize=bool(req.echo) and not req.return_token_ids,
     )
-    echo_without_generation = bool(req.echo) and req.max_tokens == 0
-    rid = request_id_for(request, req.request_id)
     if req.use_beam_search:
-        return await beam_search.serve(
-            state,
-            request,
-            req,
-            f"cmpl-{rid}",
-            [ids for ids, _ in rendered],
-            req.max_tokens,
-            state.lora.get(served),
-            lambda group: CompletionView(state, req, group, served, rendered),
-        )
-    group = Group(
-        f"cmpl-{rid}",
-        stream=bool(req.stream),
-        max_pending=state.config.max_stream_buffer,
-        arrival=arrival,
-    )
-    group.lora = state.lora.get(served)
-    group.session_id = req.resolve_session_id(request.headers)
+        return PreparedCompletion(served, rendered, arrival, params=None)
+    echo_without_generation = bool(req.echo) and req.max_tokens == 0
     model = state.model
     fields = req.to_sampling_fields()
     grammar = None
+    per_prompt = []
     for p_idx, (ids, _) in enumerate(rendered):
         max_tokens = get_max_tokens(
             max_model_len,
@@ -204,13 +203,43 @@ async def create_completion(state: AppState, request: web.Request) -> web.Stream
             max_tokens=1 if echo_without_generation else max_tokens,
             stream=bool(req.stream),
         )
-        rules.check_thinking_budget_supported(
-            params.thinking_token_budget, reasoning_enabled(state)
-        )
-        rules.check_routed_experts_prompt_start(params.routed_experts_prompt_start, len(ids))
+        if engine_checks:  # (vLLM's input processor's; its render routes skip them)
+            rules.check_thinking_budget_supported(
+                params.thinking_token_budget, reasoning_enabled(state)
+            )
+            rules.check_routed_experts_prompt_start(params.routed_experts_prompt_start, len(ids))
         if p_idx == 0:  # after the sampling checks, as vLLM validates it; once per request
             grammar = await resolve_structured_outputs(constraints, state.config.structured_outputs)
         params.structured_outputs = grammar
+        per_prompt.append(params)
+    return PreparedCompletion(served, rendered, arrival, per_prompt)
+
+
+async def create_completion(state: AppState, request: web.Request) -> web.StreamResponse:
+    req = await decode_body(request, CompletionRequest)
+    prepared = await prepare(state, req)
+    served, rendered = prepared.served, prepared.rendered
+    rid = request_id_for(request, req.request_id)
+    if prepared.params is None:  # beam search
+        return await beam_search.serve(
+            state,
+            request,
+            req,
+            f"cmpl-{rid}",
+            [ids for ids, _ in rendered],
+            req.max_tokens,
+            state.lora.get(served),
+            lambda group: CompletionView(state, req, group, served, rendered),
+        )
+    group = Group(
+        f"cmpl-{rid}",
+        stream=bool(req.stream),
+        max_pending=state.config.max_stream_buffer,
+        arrival=prepared.arrival,
+    )
+    group.lora = state.lora.get(served)
+    group.session_id = req.resolve_session_id(request.headers)
+    for p_idx, ((ids, _), params) in enumerate(zip(rendered, prepared.params)):
         for j in range(req.n):
             state.table.add_choice(
                 group,

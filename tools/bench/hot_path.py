@@ -34,7 +34,8 @@ from frontend import structured as so
 from frontend.choices import Group
 from frontend.model import load_model_info
 from frontend.openai import tooling
-from frontend.openai.chat import ChatCompletionRequest, ChatView
+from frontend.openai.chat import ChatCompletionRequest
+from frontend.openai.chat_view import ChatView
 from frontend.openai.completions import CompletionRequest, CompletionView
 from frontend.openai.sampling import build_sampling_params
 from frontend.ops.stats_recorder import StatsRecorder
