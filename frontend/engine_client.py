@@ -155,6 +155,12 @@ class EngineClient:
     def routable_ranks(self) -> list[int]:
         return self.liveness.routable_ranks()
 
+    def set_paused(self, paused: bool) -> None:
+        """The attached ranks' schedulers were paused or resumed (dev routes)."""
+        for rank in self.ranks:
+            if rank.alive:
+                rank.paused = paused
+
     def rank_states(self) -> list[str]:
         return self.liveness.rank_states()
 
@@ -374,9 +380,10 @@ class EngineClient:
                     pass
 
     async def call_utility(
-        self, method: str, *args: Any, rank: int | None = None, timeout: float = 10.0
+        self, method: str, *args: Any, rank: int | None = None, timeout: float | None = 10.0
     ) -> Any:
-        """Call ``method`` on one rank (default: the first that takes requests)."""
+        """Call ``method`` on one rank (default: the first that takes requests);
+        ``timeout`` None waits as long as the engine takes (vLLM never times out)."""
         if rank is None:
             routable = self.routable_ranks()
             if not routable:
@@ -393,7 +400,9 @@ class EngineClient:
             self._utility_calls.pop(call.id, None)
         return wire.utility_value(out)
 
-    async def call_utility_all(self, method: str, *args: Any, timeout: float = 10.0) -> list[Any]:
+    async def call_utility_all(
+        self, method: str, *args: Any, timeout: float | None = 10.0
+    ) -> list[Any]:
         """Call ``method`` on every attached rank (vLLM's call_utility_all)."""
         ranks = [r.index for r in self.ranks if r.alive]
         if not ranks:

@@ -83,6 +83,8 @@ class Rank:
         self.peer = ""  # the address it registered from (ZMQ's Peer-Address)
         self.alive = False
         self.stalled = False
+        # Its scheduler is paused (/pause, /sleep): requests wait, silence is no stall.
+        self.paused = False
         self.death_reason: str | None = None
         self.last_heard = 0.0  # monotonic: the last message from it
         self.last_sent = 0.0  # monotonic: the last request to it
@@ -326,6 +328,7 @@ class RankLiveness:
         self._cancel_grace(rank)
         rank.ready, rank.alive, rank.stalled, rank.death_reason = ready, True, False, None
         rank.reconnected = False
+        rank.paused = False  # an engine starts unpaused
         rank.attachment += 1
         rank.last_heard = time.monotonic()
         log.info(
@@ -560,6 +563,7 @@ class RankLiveness:
             for rank in self.ranks:
                 if (
                     rank.routable
+                    and not rank.paused
                     and self._in_flight is not None
                     and now - max(rank.last_heard, rank.last_sent) > self.stall_timeout
                     and self._in_flight(rank.index) > 0

@@ -28,9 +28,9 @@ from frontend.errors import error_middleware
 from frontend.fanout import Table
 from frontend.lora import LoRAModulePath
 from frontend.model import ModelInfo
-from frontend.openai import openapi
-from frontend.openai.routes import Route, openai_routes
-from frontend.ops import admission, listeners, security, systemd
+from frontend.openai import docs, openapi
+from frontend.openai.routes import Route, openai_routes, operational_routes
+from frontend.ops import admission, listeners, load, security, systemd
 from frontend.ops.flags import OpsConfig
 from frontend.ops.metrics import Metrics
 from frontend.ops.service_metrics import ServiceMetrics
@@ -145,6 +145,7 @@ class Server:
         self.state = AppState(
             model, config.serving, self.engine, self.table, Renderer(model), config.parsers
         )
+        self.state.operational = config.ops.operational
         self.limits = admission.LimitsState(
             config.ops.max_concurrent_requests,
             config.max_request_body,
@@ -200,16 +201,23 @@ class Server:
     # ------------------------------------------------------------ aiohttp app
     def routes(self) -> list[Route]:
         pooling = self.pooling
-        routes = [
-            *openai_routes(self.state, generation=pooling is None or pooling.generates),
+        generation = pooling is None or pooling.generates
+        model_routes = [
+            *openai_routes(self.state, generation=generation),
             *(pooling_routes(self.state, pooling) if pooling is not None else ()),
+        ]
+        routes = [
+            *model_routes,
+            *operational_routes(self.state, model_routes, generation),
             Route("GET", "/metrics", self.metrics.handle),
         ]
+        if self.config.ops.operational.disable_fastapi_docs:
+            return routes
         return [*routes, openapi.route(routes)]
 
     def make_app(self) -> web.Application:
         """Routes from the route table; middlewares outermost first: request id ->
-        metrics -> CORS -> API key -> admission -> errors (innermost)."""
+        metrics -> CORS -> API key -> admission -> load tracking -> errors (innermost)."""
         ops = self.config.ops
         cors = security.Cors(
             ops.allowed_origins, ops.allowed_methods, ops.allowed_headers, ops.allow_credentials
@@ -223,15 +231,18 @@ class Server:
         keys = security.ApiKeys(ops.api_keys)
         if keys:
             chain.append(security.api_key_middleware(keys, http.reject))
-        chain += [
-            admission.middleware(self.limits, self.state, counters, http.reject),
-            error_middleware,
-        ]
+        chain.append(admission.middleware(self.limits, self.state, counters, http.reject))
+        if ops.operational.enable_server_load_tracking:
+            chain.append(load.middleware(self.state, counters))  # (the same routes)
+        chain.append(error_middleware)
         app = web.Application(middlewares=chain, client_max_size=self.config.max_request_body)
         for route in self.routes():
             registered = app.router.add_route(route.method, route.path, route.handler)
             if route.count_choices is not None:
                 counters[registered] = route.count_choices
+        if not ops.operational.disable_fastapi_docs:  # (not in /openapi.json, as FastAPI's)
+            for path, page in docs.pages():
+                app.router.add_route("GET", path, page)
 
         hooks = [self.metrics.on_response_prepare, cors.on_response_prepare]
         if ops.enable_request_id_headers:

@@ -41,6 +41,21 @@ class ServingConfig:
     structured_outputs: StructuredOutputsConfig = field(default_factory=StructuredOutputsConfig)
 
 
+@dataclass(frozen=True)
+class OperationalConfig:
+    """The flags of vLLM's operational routes (/load, /tokenizer_info, the docs,
+    the dev-mode routes, profiling), read by the routes that serve them."""
+
+    enable_server_load_tracking: bool = False
+    enable_tokenizer_info_endpoint: bool = False
+    disable_fastapi_docs: bool = False
+    dev_mode: bool = False  # VLLM_SERVER_DEV_MODE=1
+    # --profiler-config (the engine's flag; its ``profiler`` serves the routes).
+    profiler_config: dict[str, Any] | None = None
+    chat_template_given: bool = False  # --chat-template: /tokenizer_info shows it
+    tokenizer_name: str = ""  # --tokenizer, else --model, as given
+
+
 class EngineLink(Protocol):
     """What handlers may ask of the engine link."""
 
@@ -61,12 +76,14 @@ class EngineLink(Protocol):
     def rank_states(self) -> list[str]: ...
 
     async def call_utility(
-        self, method: str, *args: Any, rank: int | None = None, timeout: float = 10.0
+        self, method: str, *args: Any, rank: int | None = None, timeout: float | None = 10.0
     ) -> Any: ...
 
     async def call_utility_all(
-        self, method: str, *args: Any, timeout: float = 10.0
+        self, method: str, *args: Any, timeout: float | None = 10.0
     ) -> list[Any]: ...
+
+    def set_paused(self, paused: bool) -> None: ...  # (a paused rank's silence is no stall)
 
 
 class AppState:
@@ -91,6 +108,10 @@ class AppState:
         self.ready: ReadyResponse | None = None  # the attached engine's facts
         self.system_fingerprint: str | None = None
         self.draining = False
+        # The operational routes' flags (set by the server), and what /load
+        # reports: the load-tracked requests in flight (frontend/ops/load.py).
+        self.operational = OperationalConfig()
+        self.server_load = 0
         self._json = msgspec.json.Encoder()
 
     def engine_attached(self, ready: ReadyResponse) -> None:

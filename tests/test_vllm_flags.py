@@ -35,7 +35,8 @@ FRONTEND_FLAGS = {
     "api_server_count", "chat_template", "enable_auto_tool_choice",
     "enable_force_include_usage", "enable_request_id_headers", "host", "lora_modules", "port",
     "ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_ciphers", "ssl_keyfile",
-    "tool_call_parser", "uds",
+    "tool_call_parser", "uds", "enable_server_load_tracking", "enable_tokenizer_info_endpoint",
+    "disable_fastapi_docs",
     # engine-args flags that vLLM's API server reads too
     "model", "tokenizer", "tokenizer_mode", "trust_remote_code", "revision",
     "tokenizer_revision", "download_dir", "hf_token", "generation_config",

@@ -86,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="adapters kept loaded (LRU; default --max-loras)",
     )
     p.add_argument(
+        "--distributed-executor-backend",
+        choices=("mp", "uni"),
+        default="mp",
+        help="vLLM's flag: mp (vLLM's default on CPU) reports worker errors wrapped, uni "
+        "(engine-core's default on CPU) as they are",
+    )
+    p.add_argument(
+        "--profiler-config",
+        type=json.loads,
+        default=None,
+        help='vLLM\'s flag, e.g. \'{"profiler": "torch"}\': the profile utility works',
+    )
+    p.add_argument(
         "--handshake-timeout",
         type=float,
         default=HANDSHAKE_TIMEOUT_MINS * 60,

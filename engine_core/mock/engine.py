@@ -137,7 +137,9 @@ class MockEngine:
             seed=args.seed,
             pooler=self.pooler,
         )
-        self.utils = Utilities(self.sched, self.abort_in_flight)
+        profiler = (getattr(args, "profiler_config", None) or {}).get("profiler")
+        wrap = getattr(args, "distributed_executor_backend", "mp") == "mp"
+        self.utils = Utilities(self.sched, self.abort_in_flight, self.rank, profiler, wrap)
         if self.pooler is not None:
             pooler = self.pooler  # (never replaced)
             self.utils.methods["get_supported_tasks"] = lambda: pooler.tasks

@@ -1,7 +1,10 @@
 """The UTILITY methods a frontend may call, with vLLM 0.32's semantics.
 
 A method returns its value, or a ``Pending`` whose ``complete()`` gives the
-value once the engine is idle (pause "wait" replies after draining).
+value once the engine is idle (pause "wait" replies after draining). The
+methods that reach the model workers go through ``workers.Executor`` (a CPU
+engine's: sleep has no memory effect, selective discard and weight transfer
+fail, profiling needs ``--profiler-config``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine_core.mock.scheduler import PauseState, Scheduler
+from engine_core.mock.workers import Executor
 
 
 class Pending:
@@ -20,14 +24,21 @@ class Pending:
 
 
 class Utilities:
-    def __init__(self, sched: Scheduler, abort_in_flight: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        sched: Scheduler,
+        abort_in_flight: Callable[[], None],
+        rank: int = 0,
+        profiler: str | None = None,
+        wrap_worker_errors: bool = True,
+    ) -> None:
         self.sched = sched
         self.abort_in_flight = abort_in_flight  # engine-built ABORT outputs for all
         self.weight_version = "default"
-        self.asleep: set[str] = set()  # executor memory tags put to sleep
+        self.executor = Executor(rank, profiler, wrap_worker_errors)
         self.methods: dict[str, Callable[..., Any]] = {
             "get_supported_tasks": lambda: ("generate",),
-            "is_sleeping": lambda: self.is_scheduler_paused() or bool(self.asleep),
+            "is_sleeping": lambda: self.is_scheduler_paused() or self.executor.is_sleeping,
             "sleep": self.sleep,
             "wake_up": self.wake_up,
             "has_work": sched.has_work,
@@ -40,6 +51,12 @@ class Utilities:
             "get_weight_version": lambda: self.weight_version,
             "set_weight_version": self.set_weight_version,
             "execute_dummy_batch": lambda: None,
+            "collective_rpc": self.executor.collective_rpc,
+            "compute_weight_checksums": lambda: self.executor.collective_rpc(
+                "compute_weight_checksums"
+            ),
+            "release_kv_cache_memory": self.release_kv_cache_memory,
+            "profile": self.executor.profile,
         }
 
     def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> Any:
@@ -49,7 +66,8 @@ class Utilities:
             self.abort_in_flight()
         self.sched.pause_state = PauseState.PAUSED_ALL if mode == "keep" else PauseState.PAUSED_NEW
 
-        def finish() -> None:
+        def finish() -> None:  # vLLM's _finish_pause
+            self.executor.collective_rpc("synchronize_device")
             if clear_cache:
                 self.sched.reset_prefix_cache(reset_running_requests=True)
 
@@ -64,6 +82,7 @@ class Utilities:
         return self.sched.pause_state != PauseState.UNPAUSED
 
     def sleep(self, level: int = 1, mode: str = "abort") -> Any:
+        """Pause (clearing the caches from level 1), then the executor sleeps."""
         paused = self.pause_scheduler(mode=mode, clear_cache=level >= 1)
         if level < 1:
             return paused
@@ -71,20 +90,30 @@ class Utilities:
         def fall_asleep() -> None:
             if isinstance(paused, Pending):
                 paused.complete()
-            self.asleep = {"weights", "kv_cache"}
+            self.executor.sleep(level)
 
         return Pending(fall_asleep) if isinstance(paused, Pending) else fall_asleep()
 
     def wake_up(self, tags: list[str] | None = None) -> bool:
-        if tags is not None:
+        """Whether everything is resident again; then the scheduler resumes."""
+        if tags is not None and "scheduling" in tags:
             tags = [t for t in tags if t != "scheduling"]
-        if tags is None:
-            self.asleep.clear()
-        else:
-            self.asleep.difference_update(tags)
-        if not self.asleep:
+        if tags is None or tags:
+            self.executor.wake_up(tags)
+        fully_awake = not self.executor.is_sleeping
+        if fully_awake:
             self.resume_scheduler()
-        return not self.asleep
+        return fully_awake
+
+    def release_kv_cache_memory(self) -> None:
+        if not (self.is_scheduler_paused() and not self.sched.live):
+            raise RuntimeError("release_kv_cache_memory() requires a completed pause first")
+        if self.executor.is_sleeping:
+            raise RuntimeError(
+                "release_kv_cache_memory() requires all executor memory to be resident"
+            )
+        self.sched.reset_prefix_cache(reset_running_requests=True)
+        self.executor.discard(("kv_cache",))
 
     def reset_prefix_cache(
         self, reset_running_requests: bool = False, reset_connector: bool = False

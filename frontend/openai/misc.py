@@ -1,4 +1,5 @@
-"""The small endpoints: models, health, version, tokenize, detokenize, debug state."""
+"""The small endpoints: models, health (and /ping), /load, version, tokenize,
+detokenize, debug state."""
 
 from __future__ import annotations
 
@@ -65,6 +66,12 @@ async def list_models(state: AppState, request: web.Request) -> web.Response:
 
 async def health(state: AppState, request: web.Request) -> web.Response:
     return web.Response(status=200 if state.serving else 503)
+
+
+async def server_load(state: AppState, request: web.Request) -> web.Response:
+    """GET /load: the load-tracked requests in flight (0 unless
+    --enable-server-load-tracking; ``frontend/ops/load.py`` counts them)."""
+    return json_response(state, {"server_load": state.server_load})
 
 
 async def version(state: AppState, request: web.Request) -> web.Response:

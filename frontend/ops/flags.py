@@ -7,10 +7,12 @@ import json
 import os
 import re
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from frontend.ops import security
 from frontend.ops.buckets import BUCKET_FAMILIES, check_bucket_overrides
+from frontend.state import OperationalConfig
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
@@ -35,6 +37,8 @@ class OpsConfig:
     kv_cache_metrics: bool = False
     custom_histogram_buckets: dict[str, list[float]] | None = None
     otlp_traces_endpoint: str | None = None
+    # /load, /tokenizer_info, the docs, dev mode, profiling (vLLM's flags).
+    operational: OperationalConfig = field(default_factory=OperationalConfig)
 
 
 # --------------------------------------------------------------------- flags
@@ -82,8 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="extend",
         default=None,
         metavar="KEY",
-        help="require `Authorization: Bearer KEY` on /v1, /v2, /inference, "
-        "/tokenize and /detokenize (repeatable; default: $VLLM_API_KEY); "
+        help="require `Authorization: Bearer KEY` on /v1, /v2, /inference and "
+        "/cohere, as vLLM (repeatable; default: $VLLM_API_KEY); "
         "prefer the environment variable, command lines are visible to "
         "other users",
     )
@@ -199,6 +203,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=os.environ.get("FRONTEND_LOG_FORMAT", "text"),
         help="stderr log lines as text (default) or one JSON object per line",
     )
+    g = p.add_argument_group(
+        "operational routes (vLLM's flags)",
+        "VLLM_SERVER_DEV_MODE=1 adds vLLM's development routes (/sleep, /pause, "
+        "/collective_rpc, the weight-transfer routes, ...); --profiler-config (the "
+        "engine's flag, give it to both) adds /start_profile and /stop_profile.",
+    )
+    g.add_argument(
+        "--enable-server-load-tracking",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="GET /load counts the generation and pooling requests in flight "
+        "(without it /load says 0)",
+    )
+    g.add_argument(
+        "--enable-tokenizer-info-endpoint",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="serve GET /tokenizer_info (it shows the tokenizer config and chat template)",
+    )
+    g.add_argument(
+        "--disable-fastapi-docs",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="no /openapi.json, /docs, /docs/oauth2-redirect or /redoc",
+    )
 
 
 def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = None) -> OpsConfig:
@@ -223,6 +252,32 @@ def config_from_args(args: argparse.Namespace, environ: dict[str, str] | None = 
         kv_cache_metrics=args.kv_cache_metrics,
         custom_histogram_buckets=args.custom_histogram_buckets,
         otlp_traces_endpoint=args.otlp_traces_endpoint or None,
+        operational=operational_from_args(args, env),
+    )
+
+
+def operational_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> OperationalConfig:
+    """The operational routes' flags; VLLM_SERVER_DEV_MODE from the environment."""
+    dev_mode = env.get("VLLM_SERVER_DEV_MODE", "0")
+    try:
+        dev = bool(int(dev_mode))  # vLLM's reading: "1" on, "0" off, anything else fails
+    except ValueError:
+        raise ValueError(f"VLLM_SERVER_DEV_MODE must be an integer, got {dev_mode!r}") from None
+    # The engine's --profiler-config is recorded (frontend/ops/vllm_flags.py), and read here.
+    profiler = getattr(args, "vllm:profiler_config", None)
+    kind = profiler.get("profiler") if isinstance(profiler, dict) else None
+    if kind not in (None, "torch", "cuda", "proton"):
+        raise ValueError(
+            f"--profiler-config: profiler must be 'torch', 'cuda' or 'proton', got {kind!r}"
+        )
+    return OperationalConfig(
+        enable_server_load_tracking=args.enable_server_load_tracking,
+        enable_tokenizer_info_endpoint=args.enable_tokenizer_info_endpoint,
+        disable_fastapi_docs=args.disable_fastapi_docs,
+        dev_mode=dev,
+        profiler_config=profiler if isinstance(profiler, dict) else None,
+        chat_template_given=getattr(args, "chat_template", None) is not None,
+        tokenizer_name=str(getattr(args, "tokenizer", None) or getattr(args, "model", "") or ""),
     )
 
 

@@ -1,10 +1,11 @@
 """API keys, CORS, request-id headers and the TLS context, as vLLM 0.32 does them.
 
 * API keys (``--api-key``, repeatable, else ``$VLLM_API_KEY``): requests under
-  ``/v1``, ``/v2``, ``/inference``, ``/tokenize`` and ``/detokenize`` need
+  ``/v1``, ``/v2``, ``/inference`` and ``/cohere`` need
   ``Authorization: Bearer <key>`` matching one of the keys; ``OPTIONS`` is
-  exempt (CORS preflights carry no credentials), and so are ``/health``,
-  ``/metrics``, ``/version`` and ``/ping``-style routes. A refusal is 401 with
+  exempt (CORS preflights carry no credentials), and so is every other path
+  (``/health``, ``/metrics``, ``/tokenize``, ``/ping``, ``/invocations``,
+  the dev-mode routes...), exactly vLLM's rule. A refusal is 401 with
   vLLM's body ``{"error":"Unauthorized"}``. Keys are compared as SHA-256
   digests with ``secrets.compare_digest`` against every key (no early exit),
   as ``vllm/entrypoints/serve/middleware/authenticate.py``; they are never
@@ -29,7 +30,9 @@ from collections.abc import Iterable, Sequence
 from aiohttp import web
 from multidict import CIMultiDict
 
-GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/tokenize", "/detokenize")
+# vLLM's GUARDED_PREFIX: the OpenAI-style APIs. /tokenize, /health, /ping,
+# /invocations, /load, the docs and the dev-mode routes are open, as in vLLM.
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
 
 ALL_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY")
