@@ -516,6 +516,34 @@ class Table:
             self._fail_group(group, engine_failure(reason))
         self.router.forget(rank)
 
+    def abort_choices(self, choices: Sequence[Choice]) -> None:
+        """End ``choices`` as the engine ends the requests it aborts (vLLM's
+        abort by external id: /abort_requests): each gets a last output with
+        finish reason "abort" and no tokens, so its stream ends with its final
+        chunk and a waiting response has it; the engine gets an ABORT. The
+        observer is not told (vLLM's output processor records nothing for the
+        requests it aborts itself)."""
+        by_rank: dict[int, list[Choice]] = {}
+        for c in choices:
+            by_rank.setdefault(c.engine_index, []).append(c)
+        observer, self.observer = self.observer, None
+        try:
+            for rank, ranked in by_rank.items():
+                self._abort(rank, [c.engine_id for c in ranked])
+                outputs = [
+                    wire.EngineCoreOutput(c.engine_id, [], finish_reason=FINISH_ABORT)
+                    for c in ranked
+                ]
+                self.on_outputs(
+                    [
+                        wire.StepOutputs(
+                            engine_index=rank, outputs=outputs, timestamp=time.monotonic()
+                        )
+                    ]
+                )
+        finally:
+            self.observer = observer
+
     def abort_all(self, reason: str) -> None:
         """Shutdown without draining: every group in flight fails, and every
         unfinished engine request is aborted."""

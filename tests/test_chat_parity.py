@@ -242,7 +242,6 @@ MESSAGE_DIFFERS: dict[str, str] = {
     "error-missing-role": "vLLM's pydantic reports one error per message union member "
                           "(param body.messages.0.ChatCompletionDeveloperMessageParam.role); "
                           "ours: 'Field required', param body.messages.0.role",
-    "error-messages-not-a-list": "pydantic's error dict repr vs our plain message",
     "error-missing-messages": "pydantic's error dict repr vs our plain message",
     "error-too-many-stop-strings": "pydantic reports two errors (string and list); ours one",
     "error-kv-transfer-params-string": "pydantic's error dict repr vs msgspec's message",

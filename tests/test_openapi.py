@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 
-from frontend.openai import chat, completions, generate, misc, openapi
+from frontend.openai import chat, completions, generate, misc, openapi, scale_out
 from frontend.openai.routes import openai_routes, operational_routes
 from frontend.state import OperationalConfig
 from tests.support.http_client import get
 
 STRUCTS = {s.__name__: s for s in (completions.CompletionRequest, chat.ChatCompletionRequest,
                                    generate.GenerateRequest, misc.TokenizeRequest,
-                                   misc.DetokenizeRequest)}
+                                   misc.DetokenizeRequest, scale_out.AbortRequests)}
 
 
 @pytest.fixture(scope="module")

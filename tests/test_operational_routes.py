@@ -169,6 +169,27 @@ def test_abort_a_non_streaming_chat_by_its_id(dev):
     assert reply.value["choices"][0]["finish_reason"] == "abort"
 
 
+def test_scale_out_abort_by_external_id(dev):
+    """/inference/v1/abort_requests (vLLM's scale-out route, not dev mode):
+    generate-tokens-<id> ends both samples with finish_reason "abort", and the
+    answer is vLLM's empty 200 at once."""
+    url = dev.url
+    body = {"token_ids": [1, 2, 3], "request_id": "g-5", "stream": True,
+            "sampling_params": {"max_tokens": 1000, "ignore_eos": True, "n": 2,
+                                "temperature": 1.0}}
+    raw = open_stream(url, "/inference/v1/generate", body)
+    answer = call(url, "POST", "/inference/v1/abort_requests",
+                  {"request_ids": ["generate-tokens-g-5"]})
+    assert (answer.status, answer.value) == (200, None)
+    finals = {}
+    for event in finish(raw)[:-1]:
+        for choice in event["choices"]:
+            if choice.get("finish_reason"):
+                finals[choice["index"]] = choice["finish_reason"]
+    assert finals == {0: "abort", 1: "abort"}
+    wait_for(lambda: dev.frontend.debug_state()["table"] == 0, 30)
+
+
 def test_a_refused_profile_start_ends_the_session(dev):
     """The mock engine has no profiler: each start fails with the worker's
     message (500) and leaves no session behind (never 409)."""

@@ -86,6 +86,33 @@ def raw(id: str, path: str, body: Any, method: str = "POST",
     return Shape(id, path, body, method, normalize)
 
 
+# vLLM's SamplingParams defaults, as its render routes leave them out (or not:
+# msgspec's omit_defaults there depends on Python object identity).
+_SAMPLING_DEFAULTS = {"n": 1, "repetition_penalty": 1.0, "temperature": 1.0, "top_p": 1.0,
+                      "max_tokens": 16, "detokenize": True, "skip_special_tokens": True,
+                      "spaces_between_special_tokens": True}
+
+
+def _normalize_render(value: Any) -> Any:
+    """/render: the sampling params without the fields at vLLM's default."""
+    for body in value if isinstance(value, list) else [value]:
+        if isinstance(body, dict) and isinstance(body.get("sampling_params"), dict):
+            body.pop("request_id", None)
+            body["sampling_params"] = {
+                k: v for k, v in body["sampling_params"].items()
+                if v not in (None, [], {}, False, 0) and _SAMPLING_DEFAULTS.get(k, ...) != v}
+    return value
+
+
+def render(id: str, path: str, **body: Any) -> Shape:
+    body.setdefault("model", "tiny")
+    return Shape(f"render-{id}", path, body, normalize=_normalize_render)
+
+
+CHAT_RENDER, COMPLETIONS_RENDER = "/v1/chat/completions/render", "/v1/completions/render"
+HI = [{"role": "user", "content": "Hi there"}]
+
+
 def _normalize_models(value: Any) -> Any:
     """/v1/models: ``created`` is the time of the request, permission ids are
     random, ``root`` is each server's model path as given on its command line."""
@@ -450,6 +477,34 @@ SHAPES: list[Shape] = [
     gen("kv-transfer-params-stream", sampling_params={"max_tokens": 4}, stream=True,
         kv_transfer_params={"a": 1}),
     gen("token-offsets", sampling_params={"max_tokens": 4}, token_offsets=[[0, 1], [1, 2]]),
+    # ------------------------------------------- the render routes (prompt -> ids, no engine)
+    render("chat", CHAT_RENDER, messages=HI, max_tokens=8, temperature=0),
+    render("chat-offsets", CHAT_RENDER, messages=HI, return_token_offsets=True),
+    render("chat-sampling", CHAT_RENDER, messages=HI, temperature=0.5, top_p=0.9, seed=3,
+           stream=True, stream_options={"include_usage": True}, stop=["x"], n=2,
+           logprobs=True, top_logprobs=2, vllm_xargs={"a": 1}, kv_transfer_params={"b": 2},
+           priority=0, cache_salt="salt-1234567890"),
+    render("chat-structured", CHAT_RENDER, messages=HI,
+           response_format={"type": "json_object"}),
+    render("chat-watermarking", CHAT_RENDER, messages=HI, watermarking=True),
+    render("chat-error-beam-search", CHAT_RENDER, messages=HI, use_beam_search=True),
+    render("chat-error-model", CHAT_RENDER, messages=HI, model="nope"),
+    render("chat-error-no-messages", CHAT_RENDER, messages="x"),
+    render("completions", COMPLETIONS_RENDER, prompt="Hello there", max_tokens=8),
+    render("completions-batch", COMPLETIONS_RENDER, prompt=["Hi there", "yo"], max_tokens=8),
+    render("completions-offsets", COMPLETIONS_RENDER, prompt="Hello there you",
+           return_token_offsets=True),
+    render("completions-tokens-offsets", COMPLETIONS_RENDER, prompt=[1, 45, 78],
+           return_token_offsets=True),
+    render("completions-truncated", COMPLETIONS_RENDER, prompt=LONG_TEXT,
+           truncate_prompt_tokens=5, return_token_offsets=True),
+    render("completions-error-beam-search", COMPLETIONS_RENDER, prompt="a",
+           use_beam_search=True),
+    render("completions-error-empty-list", COMPLETIONS_RENDER, prompt=[]),
+    raw("abort-requests-unknown-ids", "/inference/v1/abort_requests",
+        {"request_ids": ["cmpl-nobody-0", "chatcmpl-nobody"]}),
+    raw("abort-requests-error-missing-ids", "/inference/v1/abort_requests", {"ids": []}),
+    raw("abort-requests-error-json", "/inference/v1/abort_requests", b"{not json"),
 ]
 
 # Shapes whose error *message* differs from vLLM's on purpose (status, type,

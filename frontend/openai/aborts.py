@@ -12,13 +12,11 @@ Unknown ids are ignored. The engine gets an ABORT for each.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 
 from frontend.choices import Choice
 from frontend.fanout import Table
-from protocol import wire
 
 
 def external_id(choice: Choice) -> str:
@@ -45,30 +43,3 @@ def tracked_ids(choices: list[Choice]) -> int:
     for c in choices:
         per_prompt[(id(c.group), c.prompt_index)] += 1
     return len(choices) + sum(1 for count in per_prompt.values() if count > 1)
-
-
-def abort(table: Table, choices: list[Choice]) -> None:
-    """End ``choices`` with finish_reason "abort" and ABORT them in the engine.
-
-    A local stand-in for a public table method (frontend/fanout.py is another
-    engineer's): it ABORTs through the table (so late outputs are expected) and
-    feeds the table the finish outputs the engine would send. The metrics
-    observer is left out, as vLLM's output processor records nothing for the
-    requests it aborts itself.
-    """
-    by_rank: dict[int, list[Choice]] = defaultdict(list)
-    for c in choices:
-        by_rank[c.engine_index].append(c)
-    observer, table.observer = table.observer, None
-    try:
-        for rank, ranked in by_rank.items():
-            table._abort(rank, [c.engine_id for c in ranked])
-            outputs = [
-                wire.EngineCoreOutput(c.engine_id, [], finish_reason=wire.FinishReason.ABORT)
-                for c in ranked
-            ]
-            table.on_outputs(
-                [wire.StepOutputs(engine_index=rank, outputs=outputs, timestamp=time.monotonic())]
-            )
-    finally:
-        table.observer = observer

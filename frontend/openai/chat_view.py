@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from aiohttp import web
 
 from frontend.choices import Choice, Delta, Group
 from frontend.openai import tooling
+from frontend.openai.chat_request import ChatCompletionRequest
 from frontend.openai.common import (
     stream_usage_flags,
     transfer_params,
@@ -20,9 +21,6 @@ from frontend.openai.tooling import stream_finish_reason
 from frontend.render import RenderedChat
 from frontend.state import AppState
 from frontend.text import Position
-
-if TYPE_CHECKING:
-    from frontend.openai.chat import ChatCompletionRequest
 
 RESPONSE_ROLE = "assistant"  # vLLM's --response-role default
 

@@ -81,12 +81,12 @@ async def abort_requests(state: AppState, request: web.Request) -> web.Response:
     try:
         if request_ids:
             ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
-            aborts.abort(state.table, aborts.matching(state.table, ids))
+            state.table.abort_choices(aborts.matching(state.table, ids))
             count = len(request_ids)  # vLLM's len() of what was given
         else:
             choices = aborts.in_flight(state.table)
             count = aborts.tracked_ids(choices)
-            aborts.abort(state.table, choices)
+            state.table.abort_choices(choices)
     except Exception as e:
         log.exception("Failed to abort requests")
         return _bare_error(state, f"Failed to abort requests: {e}", 500)

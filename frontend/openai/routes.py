@@ -22,6 +22,7 @@ from frontend.openai import (
     misc,
     rl_routes,
     sagemaker,
+    scale_out,
     tokenizer_info,
 )
 from frontend.openai.dev_schemas import (
@@ -72,6 +73,25 @@ def openai_routes(state: AppState, generation: bool = True) -> list[Route]:
                 bind(generate.create_generate),
                 generate.count_choices,
                 generate.GenerateRequest,
+            ),
+            # vLLM's scale-out routes (no engine request: no choice counter)
+            Route(
+                "POST",
+                "/v1/chat/completions/render",
+                bind(scale_out.render_chat),
+                body=chat.ChatCompletionRequest,
+            ),
+            Route(
+                "POST",
+                "/v1/completions/render",
+                bind(scale_out.render_completion),
+                body=completions.CompletionRequest,
+            ),
+            Route(
+                "POST",
+                "/inference/v1/abort_requests",
+                bind(scale_out.abort_requests),
+                body=scale_out.AbortRequests,
             ),
         ]
     routes += [

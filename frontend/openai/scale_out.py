@@ -1,8 +1,13 @@
-"""POST /v1/chat/completions/render and /v1/completions/render (vLLM's scale-out
-routes): a request taken as far as the engine -- its token ids and sampling
-params -- without generating, as the ``/inference/v1/generate`` body a router
-or a disaggregated deployment sends on (one for chat, one per prompt for
-completions). Nothing reaches the engine.
+"""vLLM's scale-out routes beside /inference/v1/generate, for routers and
+disaggregated deployments:
+
+* POST /v1/chat/completions/render and /v1/completions/render: a request taken
+  as far as the engine -- its token ids and sampling params -- without
+  generating, as the /inference/v1/generate body to send on (one for chat, one
+  per prompt for completions); nothing reaches the engine;
+* POST /inference/v1/abort_requests: abort requests in flight by the ids the
+  routes gave them (``cmpl-<id>-<prompt index>``, ``chatcmpl-<id>``,
+  ``generate-tokens-<id>``).
 """
 
 from __future__ import annotations
@@ -12,13 +17,21 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from frontend.errors import invalid
-from frontend.openai import chat, completions
+from frontend.errors import ApiError, invalid
+from frontend.openai import aborts, chat, completions
 from frontend.openai.common import decode_body, request_id_for
+from frontend.openai.fastapi_params import http_error, raw_json
 from frontend.state import AppState
 from protocol.sampling import SamplingParams
 
 BEAM_SEARCH = "Beam search is not supported by the render endpoint"
+
+
+class AbortRequests(msgspec.Struct):
+    """/inference/v1/abort_requests' body (for /openapi.json: the route reads
+    the raw body, for vLLM's error messages)."""
+
+    request_ids: list[str]
 
 
 async def render_chat(state: AppState, request: web.Request) -> web.Response:
@@ -41,7 +54,7 @@ async def render_chat(state: AppState, request: web.Request) -> web.Response:
         f"chatcmpl-{request_id_for(request, req.request_id)}",
         ids,
         offsets,
-        render_params(prepared.params, req.watermarking),
+        render_params(prepared.params, req),
         req,
         reasoning_ended=plan.reasoning_ended,
         reasoning_parser_kwargs=plan.reasoning_parser_kwargs,
@@ -72,7 +85,7 @@ async def render_completion(state: AppState, request: web.Request) -> web.Respon
                 f"{base}-{i}" if several else base,
                 ids,
                 offsets,
-                render_params(params, req.watermarking),
+                render_params(params, req),
                 req,
             )
         )
@@ -116,15 +129,23 @@ def generate_request(
     }
 
 
-def render_params(params: SamplingParams, watermarking: bool | None) -> dict[str, Any]:
-    """The sampling params as vLLM's render serializes them: the fields set
-    (defaults left out), none of the engine's private ones (``_eos_token_id``
-    ...), the request's own watermarking wish, and ``skip_clone``."""
-    params = msgspec.structs.replace(params, watermarking=watermarking)
+def render_params(params: SamplingParams, req: Any) -> dict[str, Any]:
+    """The sampling params as vLLM's render serializes them (``to_sampling_params``,
+    before the engine's input processor): the fields set (defaults left out),
+    none of the engine's private ones (``_eos_token_id`` ...), the request's own
+    stop ids (not the generation config's EOS ids) and watermarking wish, a
+    grammar constraint in full with no backend chosen, and ``skip_clone``."""
+    grammar = params.structured_outputs
+    params = msgspec.structs.replace(
+        params,
+        watermarking=req.watermarking,
+        stop_token_ids=list(dict.fromkeys(req.stop_token_ids or [])),
+        structured_outputs=None,
+    )
     out = {k: v for k, v in msgspec.to_builtins(params).items() if not k.startswith("_")}
-    so = out.get("structured_outputs")
-    if isinstance(so, dict):
-        out["structured_outputs"] = {k: v for k, v in so.items() if not k.startswith("_")}
+    if grammar is not None:
+        whole = {f.encode_name: getattr(grammar, f.name) for f in msgspec.structs.fields(grammar)}
+        out["structured_outputs"] = {**whole, "_backend": None, "_backend_was_auto": False}
     out["skip_clone"] = True
     return out
 
@@ -140,8 +161,29 @@ def token_offsets(
         return None
     encoding = tokenizer.encode(text, add_special_tokens=add_special_tokens)
     ids, offsets = encoding.ids, encoding.offsets
-    if ids[-len(token_ids) :] == token_ids:  # whole, or truncated on the left
-        return [list(o) for o in offsets[-len(token_ids) :]]
-    if ids[: len(token_ids)] == token_ids:  # truncated on the right
-        return [list(o) for o in offsets[: len(token_ids)]]
+    # The ids are the text's, or a truncation of them: its head (right), or its
+    # tail behind the special tokens kept in front (left).
+    n = len(token_ids)
+    head = 0
+    while head < min(n, len(ids)) and ids[head] == token_ids[head]:
+        head += 1
+    for keep in (head, 0):
+        tail = n - keep
+        if tail <= len(ids) - keep and ids[len(ids) - tail :] == token_ids[keep:]:
+            return [list(o) for o in (*offsets[:keep], *offsets[len(ids) - tail :])]
     return None
+
+
+async def abort_requests(state: AppState, request: web.Request) -> web.Response:
+    """vLLM answers at once (the aborts are scheduled) with an empty 200;
+    unknown ids are ignored."""
+    value = raw_json(await request.read(), "JSON decode error: {}")
+    if not isinstance(value, dict):  # (vLLM: an AttributeError, its 500)
+        raise ApiError("Internal server error", 500, "InternalServerError")
+    ids = value.get("request_ids")
+    if ids is None:
+        raise http_error("Missing 'request_ids' in request body")
+    if isinstance(ids, str):
+        ids = [ids]
+    state.table.abort_choices(aborts.matching(state.table, [str(i) for i in ids]))
+    return web.Response(status=200)
