@@ -21,6 +21,7 @@ from typing import Any, cast
 import zmq
 from aiohttp import web
 
+from frontend.anthropic.routes import anthropic_routes
 from frontend.engine_addresses import EngineAddresses
 from frontend.engine_client import EngineClient
 from frontend.engine_handshake import HandshakeServer
@@ -41,6 +42,7 @@ from frontend.parsers import ChatParsers
 from frontend.pooling.model import PoolingModel, engine_tasks
 from frontend.pooling.routes import pooling_routes
 from frontend.render import Renderer
+from frontend.responses.routes import responses_routes
 from frontend.routing import Router
 from frontend.state import AppState, ServingConfig
 from frontend.supervisor import HEARTBEAT_S
@@ -205,6 +207,8 @@ class Server:
         model_routes = [
             *openai_routes(self.state, generation=generation),
             *(pooling_routes(self.state, pooling) if pooling is not None else ()),
+            *(anthropic_routes(self.state) if generation else ()),
+            *(responses_routes(self.state) if generation else ()),
         ]
         routes = [
             *model_routes,

@@ -24,8 +24,8 @@ pytest_plugins = [
 
 
 # Session fixtures that start real engines shared by many modules.
-SESSION_ENGINE_FIXTURES = frozenset({"real_stack", "vllm_frontend", "embed_servers",
-                                     "cross_encoder_servers"})
+SESSION_ENGINE_FIXTURES = frozenset({"real_stack", "vllm_frontend", "vllm_flagged",
+                                     "embed_servers", "cross_encoder_servers"})
 SESSION_GROUP = "session-engines"
 # Where workers tell the controller which modules use those fixtures.
 GROUPS_FILE_ENV = "TESTS_SESSION_MODULES_FILE"

@@ -35,7 +35,7 @@ LAYERS = [
      "frontend.lora"),
     ("frontend.state",),
     ("frontend.openai",),
-    ("frontend.pooling",),
+    ("frontend.pooling", "frontend.anthropic", "frontend.responses"),
     ("frontend.ops",),
     ("frontend.supervisor", "frontend.server"),
     ("frontend.cli",),

@@ -21,6 +21,22 @@ from typing import Iterator
 import pytest
 
 from harness.vllm_server import VllmFrontend
+from tests.support.vllm_parsers import VllmMultiServer, parser_flags
+
+# vLLM's server with the flag sets of the tests that need more than its
+# defaults, all on one engine (tests/support/vllm_multi_server.py): the agent
+# APIs with a tool-call and a reasoning parser; the frontend flags of issue 24.
+AGENT_FLAGS = parser_flags("hermes", "qwen3")
+FRONTEND_FLAGS = [
+    "--response-role", "bot", "--return-tokens-as-token-ids",
+    "--enable-prompt-tokens-details", "--exclude-tools-when-tool-choice-none",
+    "--default-chat-template-kwargs", '{"enable_thinking": false, "flavour": "mint"}',
+    "--trust-request-chat-template", "--trust-request-mm-kwargs",
+    "--chat-template-content-format", "openai",
+]
+FLAG_SETS = {"agents": AGENT_FLAGS, "frontend-flags": FRONTEND_FLAGS}
+# (the Responses API's store is off unless this is set)
+FLAGGED_ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +45,22 @@ def vllm_frontend(start_real_engine, tiny_model_dir, tmp_path_factory) -> Iterat
     engine = start_real_engine()
     server = VllmFrontend(engine, tiny_model_dir,
                           tmp_path_factory.mktemp("vllm-frontend") / "vllm-serve.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+        engine.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_flagged(start_real_engine, tiny_model_dir, tmp_path_factory) -> Iterator[VllmMultiServer]:
+    """vLLM's own API server with each of ``FLAG_SETS`` (``.url(name)``), on a
+    real engine of its own; launched at set-up, waited for on first use."""
+    engine = start_real_engine()
+    port = int(engine.handshake_addr.rsplit(":", 1)[1])
+    server = VllmMultiServer(tiny_model_dir, port, FLAG_SETS,
+                             tmp_path_factory.mktemp("vllm-flagged") / "vllm.log",
+                             "--enable-scale-out", env=FLAGGED_ENV, watch=[engine])
     try:
         yield server
     finally:

@@ -38,7 +38,8 @@ class VllmMultiServer:
     name = "vLLM's API server"
 
     def __init__(self, model_dir: Path, engine_port: int, configs: dict[str, list[str]],
-                 log_path: Path, *extra_args: str, watch: Sequence[Watched] = ()) -> None:
+                 log_path: Path, *extra_args: str, watch: Sequence[Watched] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.ports = {name: free_port() for name in configs}
         self.log_path = log_path
         self.watch = list(watch)  # processes whose death means we will never be ready
@@ -48,7 +49,7 @@ class VllmMultiServer:
         self.started_at = time.monotonic()
         self.proc = spawn([sys.executable, "-m", "tests.support.vllm_multi_server",
                            json.dumps(base), json.dumps(layout)], log_path,
-                          {**cpu_env(), "PYTHONPATH": str(REPO_ROOT)})
+                          {**cpu_env(), "PYTHONPATH": str(REPO_ROOT), **(env or {})})
 
     def url(self, name: str) -> str:
         if not self.ready:
