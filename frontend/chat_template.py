@@ -586,6 +586,11 @@ def build(model: ModelInfo) -> ChatTemplate | None:
     """The model's compiled template (~50 ms), None if it has none."""
     if not model.chat_template:
         return None
+    return ChatTemplate(model.chat_template, special_tokens_of(model))
+
+
+def special_tokens_of(model: ModelInfo) -> dict[str, str]:
+    """The special tokens a template sees (bos_token ...)."""
     fallback = {}
     path = pathlib.Path(model.path) / "special_tokens_map.json"
     if path.exists():
@@ -593,4 +598,4 @@ def build(model: ModelInfo) -> ChatTemplate | None:
             fallback = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             fallback = {}
-    return ChatTemplate(model.chat_template, special_tokens_map(model.tokenizer_config, fallback))
+    return special_tokens_map(model.tokenizer_config, fallback)

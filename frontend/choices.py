@@ -111,6 +111,7 @@ class Choice:
         "stop_reason",
         "finished",
         "num_cached_tokens",
+        "num_cache_creation_tokens",
         "num_dropped",
         "weight_version",
         "weight_starts",
@@ -144,7 +145,8 @@ class Choice:
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
         self.finished = False
-        self.num_cached_tokens = 0
+        self.num_cached_tokens = 0  # the prefix cache's share of its prompt (prefill_stats)
+        self.num_cache_creation_tokens: int | None = None
         # Tokens of the finishing step past a matched stop string (metrics count them).
         self.num_dropped = 0
         # Where each weight version took over: (version, first output position).
@@ -202,6 +204,8 @@ class Group:
         self.arrival = time.monotonic() if arrival is None else arrival
         # W3C trace context headers for the engine (only with request tracing).
         self.trace_headers: dict[str, str] | None = None
+        # The first prefill_stats any choice reported: (cached, cache creation) tokens.
+        self.first_prefill: tuple[int, int | None] | None = None
         # The conversation the client names (body, X-Session-ID or vllm_xargs).
         self.session_id: str | None = None
         # Non-streaming: each prompt's (kv_transfer_params, ec_transfer_params)

@@ -17,7 +17,7 @@ from frontend.hub import HubOptions
 from frontend.lora import parse_lora_modules
 from frontend.model import ModelInfo, ModelSource, load_model_info
 from frontend.ops import argv as vllm_argv
-from frontend.ops import flags, logs, vllm_flags
+from frontend.ops import flags, logs, serving_flags, vllm_flags
 from frontend.ops.tracing import RequestTracer
 from frontend.parsers import REASONING_PARSERS, TOOL_PARSERS, ChatParsers, ParserTokenizer
 from frontend.routing import POLICIES
@@ -219,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     so.add_arguments(p)
     flags.add_arguments(p)
+    serving_flags.add_arguments(p)
     vllm_flags.add_arguments(p)  # last: every vLLM flag not defined above
     return p
 
@@ -413,6 +414,7 @@ def prepare(args: argparse.Namespace, *, first: bool = True):
     ops_config = flags.config_from_args(args)
     logs.setup(str(args.log_level).lower(), args.log_format, secrets=ops_config.api_keys)
     flags.validate(ops_config)
+    serving_flags.check(args)
     recorded = vllm_flags.recorded(args)
     if args.host is None:
         args.host = ALL_INTERFACES  # vLLM binds all (IPv4) interfaces
@@ -476,6 +478,17 @@ def prepare(args: argparse.Namespace, *, first: bool = True):
             runtime_lora_updating=runtime_lora_updating(),
             trace_requests=bool(ops_config.otlp_traces_endpoint),
             structured_outputs=so_config,
+            default_chat_template_kwargs=args.default_chat_template_kwargs,
+            chat_template_content_format=args.chat_template_content_format,
+            trust_request_chat_template=args.trust_request_chat_template,
+            server_chat_template=args.chat_template is not None,
+            trust_request_mm_kwargs=args.trust_request_mm_kwargs,
+            response_role=args.response_role,
+            return_tokens_as_token_ids=args.return_tokens_as_token_ids,
+            enable_prompt_tokens_details=args.enable_prompt_tokens_details,
+            exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
+            sse_keep_alive_interval=args.sse_keep_alive_interval,
+            reasoning_config="reasoning_config" in recorded.engine,
         ),
         ops=ops_config,
         lora_modules=lora_modules,

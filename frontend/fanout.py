@@ -311,7 +311,11 @@ class Table:
             self._fail_group(group, internal_error())
             return
         if out.prefill_stats:  # the first output of a request
-            choice.num_cached_tokens = out.prefill_stats.get("num_cached_tokens", 0)
+            stats = out.prefill_stats
+            choice.num_cached_tokens = stats.get("num_cached_tokens", 0)
+            choice.num_cache_creation_tokens = stats.get("num_cache_creation_tokens")
+            if group.first_prefill is None:
+                group.first_prefill = (choice.num_cached_tokens, choice.num_cache_creation_tokens)
         if choice.detok is None:  # pooling (detok None): one output, with the tensor
             choice.pooled = out.pooling_output
             if finish is not None:

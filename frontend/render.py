@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("frontend.render")
 
 OFFLOAD_CHARS = 8192  # prompt characters above which rendering leaves the event loop
+REQUEST_TEMPLATES_KEPT = 16  # compiled request templates (--trust-request-chat-template)
 UNTRUSTED_TEMPLATE = (
     "Chat template is passed with request, but --trust-request-chat-template "
     "is not set. Refused request with untrusted chat template."
@@ -41,24 +42,49 @@ class RenderedChat:
 
 
 class Renderer:
-    def __init__(self, model: ModelInfo) -> None:
+    def __init__(self, model: ModelInfo, content_format: str = "auto") -> None:
         self.model = model
         self.max_model_len = 0  # set when an engine is attached (it reports it)
         # Where truncation cuts without an explicit side: vLLM loads the
         # tokenizer with "left" for generative models, "right" for pooling ones.
         self.truncation_side = "left"
+        # --chat-template-content-format: "auto" is the format read from the template.
+        self.content_format = content_format
         self.template = chat_template.build(model)
+        self._request_templates: dict[str, chat_template.ChatTemplate] = {}
         if self.template is None:
             log.warning(
                 "the model has no chat template: /v1/chat/completions will answer "
                 "400 (start the frontend with --chat-template FILE to serve chat)"
             )
         else:
+            detected = self.template.content_format
+            self._set_format(self.template)
             log.info(
-                "chat template: %d characters, %s content format",
+                "chat template: %d characters, %s content format%s",
                 len(self.template.source),
                 self.template.content_format,
+                "" if detected == self.template.content_format else f" (detected: {detected})",
             )
+
+    def _set_format(self, template: chat_template.ChatTemplate) -> None:
+        if self.content_format != "auto":
+            template.content_format = self.content_format
+
+    def template_for(self, source: str | None) -> chat_template.ChatTemplate | None:
+        """The template a (trusted) request brings, compiled once; None: the server's."""
+        if source is None:
+            return None
+        template = self._request_templates.get(source)
+        if template is None:
+            template = chat_template.ChatTemplate(
+                source, chat_template.special_tokens_of(self.model)
+            )
+            self._set_format(template)
+            if len(self._request_templates) >= REQUEST_TEMPLATES_KEPT:
+                del self._request_templates[next(iter(self._request_templates))]
+            self._request_templates[source] = template
+        return template
 
     # ------------------------------------------------------------ completion prompts
     async def render_prompts(
@@ -114,10 +140,12 @@ class Renderer:
         return rendered
 
     # ------------------------------------------------------------ chat
-    def parse_messages(self, messages: Any) -> list[dict[str, Any]]:
+    def parse_messages(
+        self, messages: Any, template: chat_template.ChatTemplate | None = None
+    ) -> list[dict[str, Any]]:
         """OpenAI messages -> the conversation the template sees, or a 400."""
         try:
-            return self._chat_template().parse_messages(messages, self.model.name)
+            return (template or self._chat_template()).parse_messages(messages, self.model.name)
         except chat_template.MessageShapeError as e:
             raise schema_error(e.message, e.parameter) from None
         except chat_template.ChatTemplateError as e:
@@ -135,10 +163,12 @@ class Renderer:
         truncate: int | None = None,
         truncation_side: str | None = None,
         max_output_tokens: int = 0,
+        template: chat_template.ChatTemplate | None = None,
     ) -> RenderedChat:
         """A parsed conversation -> (prompt text, prompt token ids), validated like
-        vLLM (``check_length=False``: /tokenize, which has no length limit)."""
-        template = self._chat_template()
+        vLLM (``check_length=False``: /tokenize, which has no length limit);
+        ``template``: a request's own (default: the server's)."""
+        template = template or self._chat_template()
         self._check_truncate(truncate)
         keep = truncate
         if truncate == -1:
@@ -324,10 +354,14 @@ def template_kwargs(
     *,
     documents: Any = None,
     reasoning_effort: str | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> dict:
-    """vLLM's merge: the client's chat_template_kwargs (None/"auto" values dropped)
-    under the request's own template arguments."""
-    merged = {k: v for k, v in (user_kwargs or {}).items() if v is not None and v != "auto"}
+    """vLLM's merge: the server's --default-chat-template-kwargs, then the
+    client's chat_template_kwargs (None/"auto" values dropped), then the
+    request's own template arguments."""
+    merged = dict(defaults or {})
+    merged.update({k: v for k, v in (user_kwargs or {}).items() if v is not None and v != "auto"})
+    merged.pop("chat_template", None)  # (a template, not one of its arguments)
     if documents is not None:
         merged["documents"] = documents
     if reasoning_effort is not None:
@@ -337,11 +371,28 @@ def template_kwargs(
     return merged
 
 
-def check_template_override(chat_template: str | None, user_kwargs: dict[str, Any] | None) -> None:
+def check_template_override(
+    chat_template: str | None, user_kwargs: dict[str, Any] | None, trusted: bool = False
+) -> None:
     """A template sent in the request is refused, as vLLM does without
     ``--trust-request-chat-template``."""
+    if trusted:
+        return
     if chat_template is not None or (user_kwargs and user_kwargs.get("chat_template") is not None):
         raise ApiError(UNTRUSTED_TEMPLATE)
+
+
+def request_template(
+    chat_template: str | None, user_kwargs: dict[str, Any] | None, server_template: bool
+) -> str | None:
+    """The template a trusted request renders with (vLLM's precedence): its
+    ``chat_template``, then the server's --chat-template, then its
+    ``chat_template_kwargs.chat_template``; None: the server's own."""
+    if chat_template is not None:
+        return chat_template
+    if server_template:
+        return None
+    return (user_kwargs or {}).get("chat_template")
 
 
 def _slice(ids: list[int], keep: int | None, side: str | None) -> list[int]:

@@ -145,7 +145,12 @@ class Server:
             num_clients=config.num_clients,
         )
         self.state = AppState(
-            model, config.serving, self.engine, self.table, Renderer(model), config.parsers
+            model,
+            config.serving,
+            self.engine,
+            self.table,
+            Renderer(model, config.serving.chat_template_content_format),
+            config.parsers,
         )
         self.state.operational = config.ops.operational
         self.limits = admission.LimitsState(

@@ -39,6 +39,18 @@ class ServingConfig:
     trace_requests: bool = False  # --otlp-traces-endpoint: trace headers go to the engine
     # --structured-outputs-config (its backend goes into every constrained request).
     structured_outputs: StructuredOutputsConfig = field(default_factory=StructuredOutputsConfig)
+    # vLLM's chat and completion flags (frontend/ops/serving_flags.py).
+    default_chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_content_format: str = "auto"
+    trust_request_chat_template: bool = False
+    server_chat_template: bool = False  # --chat-template given (it outranks a kwargs template)
+    trust_request_mm_kwargs: bool = False
+    response_role: str = "assistant"
+    return_tokens_as_token_ids: bool = False
+    enable_prompt_tokens_details: bool = False
+    exclude_tools_when_tool_choice_none: bool = False
+    sse_keep_alive_interval: int = 0
+    reasoning_config: bool = False  # --reasoning-config given (a thinking budget is allowed)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,10 @@ FRONTEND_FLAGS = {
     "enable_force_include_usage", "enable_request_id_headers", "host", "lora_modules", "port",
     "ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_ciphers", "ssl_keyfile",
     "tool_call_parser", "uds", "enable_server_load_tracking", "enable_tokenizer_info_endpoint",
-    "disable_fastapi_docs",
+    "disable_fastapi_docs", "default_chat_template_kwargs", "chat_template_content_format",
+    "trust_request_chat_template", "trust_request_mm_kwargs", "response_role",
+    "return_tokens_as_token_ids", "enable_prompt_tokens_details",
+    "exclude_tools_when_tool_choice_none", "sse_keep_alive_interval",
     # engine-args flags that vLLM's API server reads too
     "model", "tokenizer", "tokenizer_mode", "trust_remote_code", "revision",
     "tokenizer_revision", "download_dir", "hf_token", "generation_config",

@@ -35,7 +35,7 @@ from frontend.openai.sampling import (
     get_max_tokens,
     resolve_structured_outputs,
 )
-from frontend.render import RenderedChat, template_kwargs
+from frontend.render import RenderedChat, request_template, template_kwargs
 from frontend.state import AppState
 from protocol.sampling import SamplingParams
 
@@ -80,15 +80,34 @@ async def prepare(
         requested, param = req.max_tokens, "max_tokens"
     check_max_output_tokens(requested, max_model_len, param)
     add_generation_prompt = req.add_generation_prompt is not False
+    config = state.config
+    if req.return_tokens_as_token_ids is None:
+        req.return_tokens_as_token_ids = config.return_tokens_as_token_ids
     renderer = state.renderer
     arrival = time.monotonic()  # before tokenization, as vLLM's arrival_time
-    kwargs = template_kwargs(
-        req.chat_template_kwargs, documents=req.documents, reasoning_effort=req.reasoning_effort
+    template = (
+        renderer.template_for(
+            request_template(
+                req.chat_template, req.chat_template_kwargs, config.server_chat_template
+            )
+        )
+        if config.trust_request_chat_template
+        else None
     )
-    if req.tools is not None:  # as vLLM dumps them; the client's kwargs win
+    rules.check_mm_kwargs(
+        req.mm_processor_kwargs, req.media_io_kwargs, config.trust_request_mm_kwargs
+    )
+    kwargs = template_kwargs(
+        req.chat_template_kwargs,
+        documents=req.documents,
+        reasoning_effort=req.reasoning_effort,
+        defaults=config.default_chat_template_kwargs,
+    )
+    hide_tools = config.exclude_tools_when_tool_choice_none and req.tool_choice == "none"
+    if req.tools is not None and not hide_tools:  # as vLLM dumps them; the client's kwargs win
         kwargs = {"tools": req.tools, **kwargs}
     rendered = await renderer.render_chat(
-        renderer.parse_messages(req.messages),
+        renderer.parse_messages(req.messages, template),
         add_generation_prompt=add_generation_prompt,
         continue_final_message=req.continue_final_message,
         kwargs=kwargs,
@@ -96,6 +115,7 @@ async def prepare(
         truncate=req.truncate_prompt_tokens,
         truncation_side=req.truncation_side,
         max_output_tokens=requested or 0,
+        template=template,
     )
     prompt_ids = rendered.token_ids
     plan = tooling.plan(
@@ -114,6 +134,7 @@ async def prepare(
             continue_final_message=req.continue_final_message,
             documents=req.documents,
             reasoning_effort=req.reasoning_effort,
+            defaults=config.default_chat_template_kwargs,
         ),
     )
     prepared = PreparedChat(

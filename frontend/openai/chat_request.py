@@ -106,4 +106,6 @@ def check_supported(req: ChatCompletionRequest, state: AppState) -> None:
             "not supported by this frontend",
             param="functions",
         )
-    check_template_override(req.chat_template, req.chat_template_kwargs)
+    check_template_override(
+        req.chat_template, req.chat_template_kwargs, state.config.trust_request_chat_template
+    )

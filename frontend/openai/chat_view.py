@@ -11,6 +11,7 @@ from frontend.choices import Choice, Delta, Group
 from frontend.openai import tooling
 from frontend.openai.chat_request import ChatCompletionRequest
 from frontend.openai.common import (
+    prompt_tokens_details,
     stream_usage_flags,
     transfer_params,
     usage_dict,
@@ -21,8 +22,6 @@ from frontend.openai.tooling import stream_finish_reason
 from frontend.render import RenderedChat
 from frontend.state import AppState
 from frontend.text import Position
-
-RESPONSE_ROLE = "assistant"  # vLLM's --response-role default
 
 
 class ChatView:
@@ -52,12 +51,9 @@ class ChatView:
         self.plan = plan
         self.created = int(group.created)
         messages = req.messages
+        role = state.config.response_role  # --response-role
         self.role = (
-            RESPONSE_ROLE
-            if add_generation_prompt
-            else messages[-1].get("role")
-            if messages
-            else RESPONSE_ROLE
+            role if add_generation_prompt else messages[-1].get("role") if messages else role
         )
         self.echo_text = self._echo_text() if req.echo else ""
         self.prompt_text = rendered.text if req.return_prompt_text else None
@@ -133,6 +129,10 @@ class ChatView:
         prompt_ids = self.rendered.token_ids
         usage = usage_dict(len(prompt_ids), num_generated, details=True)
         usage["completion_tokens_details"] = self._completion_details(reasoning_tokens)
+        if self.state.config.enable_prompt_tokens_details:
+            usage["prompt_tokens_details"] = prompt_tokens_details(
+                first.num_cached_tokens, first.num_cache_creation_tokens
+            )
         return {
             "id": self.group.request_id,
             "object": "chat.completion",
@@ -195,6 +195,11 @@ class ChatView:
         if not self.include_usage:
             return None
         usage = usage_dict(self.num_prompt, sum(self.emitted))
+        prefill = self.group.first_prefill
+        if self.state.config.enable_prompt_tokens_details and prefill is not None:
+            # (the chunk leaves out what is null)
+            details = prompt_tokens_details(*prefill)
+            usage["prompt_tokens_details"] = {k: v for k, v in details.items() if v is not None}
         if self.plan.reasoning_details:
             usage["completion_tokens_details"] = self._completion_details(
                 sum(

@@ -93,6 +93,15 @@ def usage_dict(prompt_tokens: int, completion_tokens: int, *, details: bool = Fa
     return usage
 
 
+def prompt_tokens_details(cached: int, created: int | None = None, *, full: bool = True) -> dict:
+    """--enable-prompt-tokens-details: the prompt tokens the engine's prefix
+    cache held. ``full``: every field of vLLM's PromptTokenUsageInfo (a stream's
+    chunk that leaves unset fields out has only ``cached_tokens``)."""
+    if not full:
+        return {"cached_tokens": cached}
+    return {"cached_tokens": cached, "created_cache_tokens": created, "multimodal_tokens": None}
+
+
 TRACE_HEADERS = ("traceparent", "tracestate")
 _warned_untraced = False
 
@@ -153,9 +162,10 @@ async def serve_group(
 
 def reasoning_enabled(state: AppState) -> bool:
     """vLLM's reasoning_config is enabled: a reasoning parser (every one
-    here has its start and end strings)."""
+    here has its start and end strings), or --reasoning-config."""
     parsers = state.parsers
-    return parsers is not None and parsers.reasoning_parser is not None
+    reasoning_parser = parsers is not None and parsers.reasoning_parser is not None
+    return reasoning_parser or state.config.reasoning_config
 
 
 def transfer_params(group: Group) -> dict[str, Any]:

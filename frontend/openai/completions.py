@@ -22,6 +22,7 @@ from frontend.openai import beam_search
 from frontend.openai import validators as rules
 from frontend.openai.common import (
     decode_body,
+    prompt_tokens_details,
     reasoning_enabled,
     request_id_for,
     serve_group,
@@ -171,7 +172,12 @@ async def prepare(
     constraints = validate_request(req)
     beam_search.check_not_streaming(req)
     served = state.resolve_model(req.model)
+    if req.return_tokens_as_token_ids is None:
+        req.return_tokens_as_token_ids = state.config.return_tokens_as_token_ids
     prompts = split_prompts(req.prompt)
+    rules.check_mm_kwargs(
+        req.mm_processor_kwargs, req.media_io_kwargs, state.config.trust_request_mm_kwargs
+    )
     max_model_len = state.max_model_len
     check_max_output_tokens(req.max_tokens, max_model_len)
     arrival = time.monotonic()  # before tokenization, as vLLM's arrival_time
@@ -329,6 +335,11 @@ class CompletionView:
             )
             num_generated += len(choice.token_ids)
         num_prompt = sum(len(ids) for ids, _ in self.rendered)
+        usage = usage_dict(num_prompt, num_generated, details=True)
+        if self.state.config.enable_prompt_tokens_details:  # the last prompt's, as vLLM's
+            last = self.group.choices[-1].prompt_index
+            cached = next(c for c in self.group.choices if c.prompt_index == last)
+            usage["prompt_tokens_details"] = prompt_tokens_details(cached.num_cached_tokens)
         return {
             "id": self.group.request_id,
             "object": "text_completion",
@@ -337,7 +348,7 @@ class CompletionView:
             "choices": choices,
             "service_tier": None,
             "system_fingerprint": self.state.system_fingerprint,
-            "usage": usage_dict(num_prompt, num_generated, details=True),
+            "usage": usage,
             **transfer_params(self.group),
             "metrics": None,
         }
@@ -386,10 +397,17 @@ class CompletionView:
                 "created": self.created,
                 "model": self.model_name,
                 "choices": [],
-                "usage": usage_dict(num_prompt, sum(self.emitted)),
+                "usage": self._stream_usage(num_prompt),
                 "system_fingerprint": self.state.system_fingerprint,
             }
         )
+
+    def _stream_usage(self, num_prompt: int) -> dict:
+        usage = usage_dict(num_prompt, sum(self.emitted))
+        prefill = self.group.first_prefill
+        if self.state.config.enable_prompt_tokens_details and prefill is not None:
+            usage["prompt_tokens_details"] = prompt_tokens_details(prefill[0], full=False)
+        return usage
 
     def _chunk(self, d: Delta) -> bytes:
         c: Choice = d.choice

@@ -21,6 +21,7 @@ from frontend.openai import validators as rules
 from frontend.openai.common import (
     StreamOptions,
     decode_body,
+    prompt_tokens_details,
     reasoning_enabled,
     request_id_for,
     serve_group,
@@ -308,8 +309,14 @@ class GenerateView:
     def _logprobs(self, token_ids: list[int], positions: list[Position] | None) -> Any:
         if self.num_top is None:
             return None
-        make = generate_text_logprobs if self.text_mode else generate_token_logprobs
-        return make(token_ids, positions or [], self.num_top)
+        if self.text_mode:
+            return generate_text_logprobs(
+                token_ids,
+                positions or [],
+                self.num_top,
+                as_token_ids=self.state.config.return_tokens_as_token_ids,
+            )
+        return generate_token_logprobs(token_ids, positions or [], self.num_top)
 
     def _choice(
         self,
@@ -353,13 +360,16 @@ class GenerateView:
             )
         prompt_ids = self.req.token_ids
         first = self.group.choices[0]
+        usage = usage_dict(
+            len(prompt_ids), sum(len(c.token_ids) for c in self.group.choices), details=True
+        )
+        if self.state.config.enable_prompt_tokens_details:
+            usage["prompt_tokens_details"] = prompt_tokens_details(first.num_cached_tokens)
         return {
             "request_id": self.group.request_id,
             "model": self.model_name,
             "created": int(self.group.created),
-            "usage": usage_dict(
-                len(prompt_ids), sum(len(c.token_ids) for c in self.group.choices), details=True
-            ),
+            "usage": usage,
             "prompt_logprobs": prompt_logprobs_json(
                 first.logprobs.prompt if first.logprobs else None
             ),
@@ -411,13 +421,20 @@ class GenerateView:
             out.append(b"data: " + state.json(chunk) + b"\n\n")
         return b"".join(out)
 
+    def _stream_usage(self) -> dict:
+        usage = usage_dict(len(self.req.token_ids), sum(self.generated))
+        prefill = self.group.first_prefill
+        if self.state.config.enable_prompt_tokens_details and prefill is not None:
+            usage["prompt_tokens_details"] = prompt_tokens_details(prefill[0], full=False)
+        return usage
+
     def _closing(self) -> bytes | None:
         if not self.include_usage:
             return None
         return self.state.json(
             {
                 "request_id": self.group.request_id,
-                "usage": usage_dict(len(self.req.token_ids), sum(self.generated)),
+                "usage": self._stream_usage(),
                 "output_mode": self.req.output_mode,
                 "choices": [],
             }

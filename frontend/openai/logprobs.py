@@ -131,10 +131,17 @@ def chat_logprobs(
 
 
 def generate_text_logprobs(
-    token_ids: list[int], positions: Sequence[Position | None], num_top: int
+    token_ids: list[int],
+    positions: Sequence[Position | None],
+    num_top: int,
+    as_token_ids: bool = False,
 ) -> dict:
     """``/inference/v1/generate`` with ``output_mode: "text"``: chat's entries, but
-    at least one alternative and no bytes where a position is missing."""
+    at least one alternative and no bytes where a position is missing;
+    ``as_token_ids`` (--return-tokens-as-token-ids): every token a ``token_id:N``
+    placeholder without bytes."""
+    if as_token_ids:
+        return _placeholder_logprobs(token_ids, positions, num_top)
     content = []
     for token_id, pos in _positions(token_ids, positions):
         if not pos or (entry := pos.get(token_id)) is None:
@@ -202,3 +209,26 @@ def prompt_logprobs_json(positions: Sequence[Position | None] | None) -> list | 
         }
         for p in positions
     ]
+
+
+def _placeholder_logprobs(
+    token_ids: list[int], positions: Sequence[Position | None], num_top: int
+) -> dict:
+    content = []
+    for token_id, pos in _positions(token_ids, positions):
+        entry = pos.get(token_id) if pos else None
+        content.append(
+            {
+                "token": f"token_id:{token_id}",
+                "logprob": LOGPROB_FLOOR if entry is None else _floor(entry[0]),
+                "bytes": None,
+                "top_logprobs": []
+                if entry is None or pos is None
+                else [
+                    {"token": f"token_id:{tid}", "logprob": _floor(v), "bytes": None}
+                    for k, (tid, (v, _, _)) in enumerate(pos.items())
+                    if num_top == -1 or k < max(num_top, 1)
+                ],
+            }
+        )
+    return {"content": content}

@@ -15,9 +15,10 @@ import msgspec
 from aiohttp import web
 
 from frontend.errors import ApiError, schema_error
+from frontend.openai import validators as rules
 from frontend.openai.common import decode_body
 from frontend.openai.tooling import normalize_tools
-from frontend.render import check_template_override, template_kwargs
+from frontend.render import check_template_override, request_template, template_kwargs
 from frontend.state import AppState
 
 
@@ -89,6 +90,8 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
     continue_final_message: bool = False
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    mm_processor_kwargs: Any = None
+    media_io_kwargs: Any = None
     tools: Any = None
 
 
@@ -123,19 +126,27 @@ async def tokenize_chat(state: AppState, req: TokenizeRequest) -> list[int]:
         raise ApiError(
             "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
         )
-    check_template_override(req.chat_template, req.chat_template_kwargs)
+    config = state.config
+    trusted = config.trust_request_chat_template
+    check_template_override(req.chat_template, req.chat_template_kwargs, trusted)
+    rules.check_mm_kwargs(
+        req.mm_processor_kwargs, req.media_io_kwargs, config.trust_request_mm_kwargs
+    )
     tools = normalize_tools(req.tools)
-    kwargs = template_kwargs(req.chat_template_kwargs)
+    kwargs = template_kwargs(req.chat_template_kwargs, defaults=config.default_chat_template_kwargs)
     if tools is not None:  # rendered into the prompt as on /v1/chat/completions
         kwargs = {"tools": tools, **kwargs}
     renderer = state.renderer
+    own = request_template(req.chat_template, req.chat_template_kwargs, config.server_chat_template)
+    template = renderer.template_for(own) if trusted else None
     rendered = await renderer.render_chat(
-        renderer.parse_messages(req.messages),
+        renderer.parse_messages(req.messages, template),
         add_generation_prompt=req.add_generation_prompt is not False,
         continue_final_message=req.continue_final_message,
         kwargs=kwargs,
         add_special_tokens=bool(req.add_special_tokens),
         check_length=False,
+        template=template,
     )
     return rendered.token_ids
 

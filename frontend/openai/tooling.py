@@ -213,10 +213,11 @@ def parser_template_kwargs(
     continue_final_message: bool,
     documents: Any,
     reasoning_effort: str | None,
+    defaults: dict | None = None,
 ) -> dict:
     """The chat template kwargs vLLM gives its parsers (and the engine's
-    reasoning parser): the client's, then the request's own template arguments
-    (None and "auto" values dropped)."""
+    reasoning parser): the server's defaults, the client's, then the request's
+    own template arguments (None and "auto" values dropped)."""
     extra: dict[str, Any] = {
         "add_generation_prompt": add_generation_prompt,
         "continue_final_message": continue_final_message,
@@ -226,6 +227,7 @@ def parser_template_kwargs(
     if reasoning_effort is not None and "enable_thinking" not in (user_kwargs or {}):
         extra["enable_thinking"] = reasoning_effort != "none"
     return {
+        **(defaults or {}),
         **(user_kwargs or {}),
         **{k: v for k, v in extra.items() if v is not None and not _is_auto(v)},
     }

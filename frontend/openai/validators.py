@@ -336,3 +336,21 @@ def check_reasoning_parser_kwargs(value: Any) -> dict[str, Any] | None:
     if errors:
         raise validation_errors(errors)
     return {"chat_template_kwargs": kwargs}
+
+
+# validate_request_mm_kwargs: per-request multimodal kwargs need
+# --trust-request-mm-kwargs (checked when the prompt is rendered)
+def check_mm_kwargs(mm_processor_kwargs: Any, media_io_kwargs: Any, trusted: bool) -> None:
+    if trusted:
+        return
+    for name, value, what in (
+        ("mm_processor_kwargs", mm_processor_kwargs, "multimodal preprocessing"),
+        ("media_io_kwargs", media_io_kwargs, "multimodal media loading"),
+    ):
+        if value:
+            raise invalid(
+                f"Per-request {name} are disabled by default because they can change "
+                f"{what} resource usage. Start the server with --trust-request-mm-kwargs "
+                "only when clients are trusted.",
+                name,
+            )

@@ -32,9 +32,11 @@ FRONTEND_FLAGS = [
     "--enable-prompt-tokens-details", "--exclude-tools-when-tool-choice-none",
     "--default-chat-template-kwargs", '{"enable_thinking": false, "flavour": "mint"}',
     "--trust-request-chat-template", "--trust-request-mm-kwargs",
-    "--chat-template-content-format", "openai",
+    "--chat-template-content-format", "string",
 ]
-FLAG_SETS = {"agents": AGENT_FLAGS, "frontend-flags": FRONTEND_FLAGS}
+OPENAI_CONTENT_FLAGS = ["--chat-template-content-format", "openai"]
+FLAG_SETS = {"agents": AGENT_FLAGS, "frontend-flags": FRONTEND_FLAGS,
+             "openai-content": OPENAI_CONTENT_FLAGS}
 # (the Responses API's store is off unless this is set)
 FLAGGED_ENV = {"VLLM_ENABLE_RESPONSES_API_STORE": "1"}
 
