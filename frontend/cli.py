@@ -220,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     so.add_arguments(p)
     flags.add_arguments(p)
     serving_flags.add_arguments(p)
+    serving_flags.add_logging_arguments(p)
     vllm_flags.add_arguments(p)  # last: every vLLM flag not defined above
     return p
 
@@ -489,6 +490,17 @@ def prepare(args: argparse.Namespace, *, first: bool = True):
             exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
             sse_keep_alive_interval=args.sse_keep_alive_interval,
             reasoning_config="reasoning_config" in recorded.engine,
+            enable_log_requests=args.enable_log_requests,
+            max_log_len=args.max_log_len,
+            enable_log_outputs=args.enable_log_outputs,
+            enable_log_deltas=args.enable_log_deltas,
+            access_log=not args.disable_uvicorn_access_log,
+            access_log_skip=serving_flags.endpoint_paths(args.disable_access_log_for_endpoints),
+            log_error_stack=(
+                args.log_error_stack
+                if args.log_error_stack is not None
+                else os.environ.get("VLLM_SERVER_DEV_MODE", "0") == "1"
+            ),
         ),
         ops=ops_config,
         lora_modules=lora_modules,

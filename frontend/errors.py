@@ -248,18 +248,26 @@ def sanitize(message: str) -> str:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+# --log-error-stack (an aiohttp app key): a request's error is logged with its traceback.
+LOG_ERROR_STACK = web.AppKey("log_error_stack", bool)
+# Where a route notes the id it gave the request (the access log reads it too).
+REQUEST_ID_KEY = "frontend.request_id"
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """The innermost middleware: whatever a handler raises becomes an OpenAI error."""
     try:
         return await handler(request)
     except ApiError as e:
+        _log_stack(request, "Exception" if e.status >= 500 else "RequestValidationError")
         return error_response(e)
     except web.HTTPException as e:
         if e.status < 400:
             raise
         if e is request.match_info.http_exception:  # the router's: no route, no method
             return unmatched_response(e)
+        _log_stack(request, "HTTPException")
         return error_response(from_http_exception(e))
     except ConnectionError:
         # The client went away while we wrote (a stream's start or end, most
@@ -271,3 +279,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except Exception as e:
         log.exception("unhandled error in %s %s", request.method, request.path)
         return error_response(internal_error(f"Internal server error: {type(e).__name__}"))
+
+
+def _log_stack(request: web.Request, kind: str) -> None:
+    """vLLM's exception handlers under --log-error-stack."""
+    if request.app.get(LOG_ERROR_STACK):
+        log.exception("%s caught. Request id: %s", kind, request.get(REQUEST_ID_KEY))

@@ -25,13 +25,13 @@ from frontend.anthropic.routes import anthropic_routes
 from frontend.engine_addresses import EngineAddresses
 from frontend.engine_client import EngineClient
 from frontend.engine_handshake import HandshakeServer
-from frontend.errors import error_middleware
+from frontend.errors import LOG_ERROR_STACK, error_middleware
 from frontend.fanout import Table
 from frontend.lora import LoRAModulePath
 from frontend.model import ModelInfo
 from frontend.openai import docs, openapi
 from frontend.openai.routes import Route, openai_routes, operational_routes
-from frontend.ops import admission, listeners, load, security, systemd
+from frontend.ops import access_log, admission, listeners, load, security, systemd
 from frontend.ops.flags import OpsConfig
 from frontend.ops.metrics import Metrics
 from frontend.ops.service_metrics import ServiceMetrics
@@ -234,6 +234,9 @@ class Server:
         http = self.metrics.http
         counters: dict[Any, Any] = {}
         chain: list[Any] = []
+        serving = self.config.serving
+        if serving.access_log:
+            chain.append(access_log.middleware(serving.access_log_skip))
         if ops.enable_request_id_headers:
             chain.append(security.request_id_middleware())
         chain += [self.metrics.middleware(), cors.middleware()]
@@ -245,6 +248,7 @@ class Server:
             chain.append(load.middleware(self.state, counters))  # (the same routes)
         chain.append(error_middleware)
         app = web.Application(middlewares=chain, client_max_size=self.config.max_request_body)
+        app[LOG_ERROR_STACK] = serving.log_error_stack
         for route in self.routes():
             registered = app.router.add_route(route.method, route.path, route.handler)
             if route.count_choices is not None:

@@ -21,6 +21,7 @@ from frontend.lora import LoraRegistry
 from frontend.model import ModelInfo
 from frontend.parsers import ChatParsers
 from frontend.render import Renderer
+from frontend.request_log import RequestLogger
 from frontend.structured import StructuredOutputsConfig
 from protocol.handshake import ReadyResponse
 from protocol.sampling import ModelLimits
@@ -51,6 +52,14 @@ class ServingConfig:
     exclude_tools_when_tool_choice_none: bool = False
     sse_keep_alive_interval: int = 0
     reasoning_config: bool = False  # --reasoning-config given (a thinking budget is allowed)
+    # The request log, the access log, error tracebacks (vLLM's logging flags).
+    enable_log_requests: bool = False
+    max_log_len: int | None = None
+    enable_log_outputs: bool = False
+    enable_log_deltas: bool = True
+    access_log: bool = True
+    access_log_skip: tuple[str, ...] = ()
+    log_error_stack: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,15 @@ class AppState:
         # The tool-call parser (--enable-auto-tool-choice --tool-call-parser) and
         # the reasoning parser (--reasoning-parser); None when neither is set.
         self.parsers = parsers
+        self.request_log = (
+            RequestLogger(
+                max_log_len=config.max_log_len,
+                log_outputs=config.enable_log_outputs,
+                log_deltas=config.enable_log_deltas,
+            )
+            if config.enable_log_requests
+            else None
+        )
         self.ready: ReadyResponse | None = None  # the attached engine's facts
         self.system_fingerprint: str | None = None
         self.draining = False

@@ -32,7 +32,7 @@ LAYERS = [
      "frontend.engine_client",
      "frontend.routing", "frontend.choices", "frontend.fanout", "frontend.render",
      "frontend.parsers", "frontend.structured",
-     "frontend.lora"),
+     "frontend.lora", "frontend.request_log"),
     ("frontend.state",),
     ("frontend.openai",),
     ("frontend.pooling", "frontend.anthropic", "frontend.responses"),

@@ -39,7 +39,9 @@ FRONTEND_FLAGS = {
     "disable_fastapi_docs", "default_chat_template_kwargs", "chat_template_content_format",
     "trust_request_chat_template", "trust_request_mm_kwargs", "response_role",
     "return_tokens_as_token_ids", "enable_prompt_tokens_details",
-    "exclude_tools_when_tool_choice_none", "sse_keep_alive_interval",
+    "exclude_tools_when_tool_choice_none", "sse_keep_alive_interval", "max_log_len",
+    "enable_log_outputs", "enable_log_deltas", "disable_uvicorn_access_log",
+    "disable_access_log_for_endpoints", "log_error_stack", "enable_log_requests",
     # engine-args flags that vLLM's API server reads too
     "model", "tokenizer", "tokenizer_mode", "trust_remote_code", "revision",
     "tokenizer_revision", "download_dir", "hf_token", "generation_config",

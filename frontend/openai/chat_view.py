@@ -125,6 +125,8 @@ class ChatView:
                 }
             )
             num_generated += len(choice.token_ids)
+        if self.state.request_log is not None and self.state.request_log.log_outputs:
+            self._log_outputs(choices)
         first = self.group.choices[0]
         prompt_ids = self.rendered.token_ids
         usage = usage_dict(len(prompt_ids), num_generated, details=True)
@@ -151,10 +153,38 @@ class ChatView:
             "metrics": None,
         }
 
+    def _log_outputs(self, choices: list[dict]) -> None:
+        """--enable-log-outputs: each choice's content (its tool calls when it has none)."""
+        assert self.state.request_log is not None
+        for c in choices:
+            message = c["message"]
+            text = message.get("content") or ""
+            if not text and message.get("tool_calls"):
+                calls = ", ".join(
+                    f"{t['function']['name']}({t['function']['arguments']})"
+                    for t in message["tool_calls"]
+                )
+                text = f"[tool_calls: {calls}]"
+            if text:
+                self.state.request_log.outputs(self.group.request_id, text, c["finish_reason"])
+
     # ------------------------------------------------------------ streaming
     async def stream(self, request: web.Request) -> web.StreamResponse:
         self.start_stream()
-        return await stream_group(request, self.group, self._render, self._closing)
+        response = await stream_group(
+            request,
+            self.group,
+            self._render,
+            self._closing,
+            keep_alive=self.state.config.sse_keep_alive_interval,
+        )
+        logger = self.state.request_log
+        if logger is not None and logger.log_outputs:
+            for choice in self.group.choices:
+                logger.outputs(
+                    self.group.request_id, choice.text, "streaming_complete", streaming=True
+                )
+        return response
 
     def start_stream(self) -> None:
         """Per-stream state and the byte prefix every chunk shares."""
@@ -183,6 +213,11 @@ class ChatView:
             self.started = True
             parts.append(self._opening_chunks(self.head, self.num_prompt, self.continuous))
         chunk = self._chunk_of
+        logger = self.state.request_log
+        if logger is not None and logger.log_deltas:
+            for d in deltas:
+                if d.text:
+                    logger.outputs(self.group.request_id, d.text, d.finish_reason, delta=True)
         for d in deltas:
             parts.append(
                 chunk(

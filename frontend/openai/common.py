@@ -11,11 +11,12 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from frontend.choices import Group
-from frontend.errors import ApiError, from_msgspec, from_validation
+from frontend.choices import Choice, Group
+from frontend.errors import REQUEST_ID_KEY, ApiError, from_msgspec, from_validation
 from frontend.ids import random_hex
 from frontend.state import AppState
 from protocol.errors import ValidationError
+from protocol.sampling import SamplingParams
 
 T = TypeVar("T")
 log = logging.getLogger("frontend.openai")
@@ -135,6 +136,9 @@ async def serve_group(
     done. Whatever happens, the group is released: unfinished engine requests
     are aborted (client gone, error) and its table entries freed."""
     table = state.table
+    request[REQUEST_ID_KEY] = group.request_id
+    if state.request_log is not None:
+        log_inputs(state, group)
     if state.config.trace_requests:
         group.trace_headers = trace_headers(request.headers)
     else:
@@ -174,3 +178,24 @@ def transfer_params(group: Group) -> dict[str, Any]:
     last (vLLM's ``final_res_batch[0]``); null when the engine sent none."""
     kv, ec = group.transfer_params.get(0, (None, None))
     return {"kv_transfer_params": kv, "ec_transfer_params": ec}
+
+
+def log_inputs(state: AppState, group: Group) -> None:
+    """--enable-log-requests: one line per engine request id vLLM's route gives
+    (a completion's prompts each their own, ``cmpl-<id>-<prompt>``)."""
+    assert state.request_log is not None
+    per_prompt: dict[int, list[Choice]] = {}
+    for choice in group.choices:
+        per_prompt.setdefault(choice.prompt_index, []).append(choice)
+    several = group.request_id.startswith("cmpl-")
+    for index, choices in per_prompt.items():
+        first = choices[0]
+        params = first.params if isinstance(first.params, SamplingParams) else None
+        state.request_log.inputs(
+            f"{group.request_id}-{index}" if several else group.request_id,
+            None,
+            first.prompt_token_ids,
+            params,
+            len(choices),
+            group.lora,
+        )

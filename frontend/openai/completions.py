@@ -356,7 +356,13 @@ class CompletionView:
     # ------------------------------------------------------------ streaming
     async def stream(self, request: web.Request) -> web.StreamResponse:
         self.start_stream()
-        return await stream_group(request, self.group, self._render, self._closing)
+        return await stream_group(
+            request,
+            self.group,
+            self._render,
+            self._closing,
+            keep_alive=self.state.config.sse_keep_alive_interval,
+        )
 
     def start_stream(self) -> None:
         """Per-stream state and the byte prefix every chunk shares."""

@@ -345,6 +345,10 @@ class GenerateView:
         return choice
 
     def full_response(self) -> dict:
+        logger = self.state.request_log
+        if logger is not None and logger.log_outputs:  # (vLLM logs no text here)
+            for c in self.group.choices:
+                logger.outputs(self.group.request_id, "", c.finish_reason)
         choices = []
         for c in sorted(self.group.choices, key=lambda c: c.index):
             choices.append(

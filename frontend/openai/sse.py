@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import Callable
 
 from aiohttp import web
@@ -34,10 +35,16 @@ DIRECT_WRITE_LIMIT = 64 * 1024
 SOCKET_SEND_BUFFER = 128 * 1024
 
 
+KEEP_ALIVE = b": keep-alive\n\n"
+
+
 class SseWriter:
-    def __init__(self, request: web.Request, group: Group) -> None:
+    def __init__(self, request: web.Request, group: Group, keep_alive: float = 0.0) -> None:
         self.request = request
         self.group = group
+        # --sse-keep-alive-interval: when the stream last sent anything (only kept then).
+        self.keep_alive = keep_alive
+        self.last_sent = time.monotonic()
         self.response = web.StreamResponse(status=200, headers=HEADERS)
         self.backlog: list[bytes] = []
         self.backlog_bytes = 0
@@ -79,6 +86,8 @@ class SseWriter:
             return buffered + self.backlog_bytes, True
         if data:
             transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+            if self.keep_alive:
+                self.last_sent = time.monotonic()
         return transport.get_write_buffer_size(), False
 
     def _queue(self, data: bytes) -> None:
@@ -92,6 +101,7 @@ class SseWriter:
             await self._writable()
             data, self.backlog, self.backlog_bytes = b"".join(self.backlog), [], 0
             await self.response.write(data)
+            self.last_sent = time.monotonic()
         if self._dropping():
             self.backlog, self.backlog_bytes = [], 0
 
@@ -110,6 +120,26 @@ class SseWriter:
         ):
             await self.request.writer.drain()
 
+    async def wait(self) -> None:
+        """Until the group wakes the handler; with keep-alives, a comment
+        whenever the stream has been silent that long (vLLM's
+        --sse-keep-alive-interval: while queued, in prefill or between chunks)."""
+        group = self.group
+        if not self.keep_alive:
+            await group.wait()
+            return
+        while True:
+            silent = time.monotonic() - self.last_sent
+            if silent >= self.keep_alive:
+                self.push(KEEP_ALIVE)
+                self.last_sent = time.monotonic()
+                continue
+            try:
+                await asyncio.wait_for(group.wait(), self.keep_alive - silent)
+                return
+            except TimeoutError:
+                pass
+
     async def write_event(self, payload: bytes) -> None:
         await self.response.write(b"data: " + payload + b"\n\n")
 
@@ -126,10 +156,12 @@ async def stream_group(
     group: Group,
     render: Callable[[list[Delta]], bytes],
     closing: Callable[[], bytes | None],
+    keep_alive: float = 0.0,
 ) -> web.StreamResponse:
     """Stream ``group``: ``render`` turns a step's deltas into SSE events,
-    ``closing`` gives the final event (usage) if any; then errors and [DONE]."""
-    writer = SseWriter(request, group)
+    ``closing`` gives the final event (usage) if any; then errors and [DONE].
+    ``keep_alive``: seconds of silence before a keep-alive comment (0: none)."""
+    writer = SseWriter(request, group, keep_alive)
     await writer.start()
     group.sink = lambda deltas: writer.push(render(deltas))
     try:
@@ -139,7 +171,7 @@ async def stream_group(
             await writer.flush()
             if group.done and not group.pending:
                 break
-            await group.wait()
+            await writer.wait()
         await writer.flush()
         final = closing() if group.error is None else None
     except (ConnectionError, asyncio.CancelledError):

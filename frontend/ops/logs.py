@@ -8,7 +8,8 @@
   ``$INVOCATION_ID`` alone is not enough: it is set for every systemd service,
   also one whose stderr goes to a file, where timestamps are wanted.
 * ``json``: one JSON object per line: ``ts`` (RFC 3339 UTC; left out under
-  journald), ``level``, ``logger``, ``msg``, and ``exc`` for tracebacks.
+  journald), ``level``, ``logger``, ``msg``, ``exc`` for tracebacks, and the
+  structured fields a record carries (``extra={"fields": {...}}``: the access log's).
 
 Tracebacks never split an event over several lines: in text mode their line
 breaks are written as ``\\n``. Configured API keys are replaced by ``***`` in
@@ -100,6 +101,9 @@ class JsonFormatter(logging.Formatter):
         event["level"] = record.levelname
         event["logger"] = record.name
         event["msg"] = self.redact(record.getMessage())
+        fields = getattr(record, "fields", None)  # structured facts (the access log's)
+        if isinstance(fields, dict):
+            event.update(fields)
         if record.exc_info:
             event["exc"] = self.redact(self.formatException(record.exc_info))
         elif record.stack_info:

@@ -81,6 +81,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_logging_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("request and access logs (vLLM's flags)")
+    g.add_argument(
+        "--enable-log-requests",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log each request's sampling params (INFO; its prompt at DEBUG)",
+    )
+    g.add_argument(
+        "--max-log-len",
+        type=int,
+        default=None,
+        help="characters of a prompt or output (and token ids) the request log keeps",
+    )
+    g.add_argument(
+        "--enable-log-outputs",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log what chat and generate requests produced (needs --enable-log-requests)",
+    )
+    g.add_argument(
+        "--enable-log-deltas",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --enable-log-outputs, log each chunk of a chat stream too",
+    )
+    g.add_argument(
+        "--disable-uvicorn-access-log",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="no access log (one line per request with status, latency and id)",
+    )
+    g.add_argument(
+        "--disable-access-log-for-endpoints",
+        default=None,
+        help="comma-separated paths left out of the access log (e.g. /health,/metrics)",
+    )
+    g.add_argument(
+        "--log-error-stack",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="log the traceback of an error a request met (default: VLLM_SERVER_DEV_MODE)",
+    )
+
+
+def endpoint_paths(text: str | None) -> tuple[str, ...]:
+    """--disable-access-log-for-endpoints' value, as vLLM splits it."""
+    return tuple(part.strip() for part in (text or "").split(",") if part.strip())
+
+
 def check(args: argparse.Namespace) -> None:
     """vLLM's start-up refusals for these flags."""
     if args.sse_keep_alive_interval < 0:
@@ -88,3 +138,5 @@ def check(args: argparse.Namespace) -> None:
             "Error: --sse-keep-alive-interval must be a non-negative integer (0 disables "
             "keep-alive comments)."
         )
+    if args.enable_log_outputs and not args.enable_log_requests:
+        raise ValueError("Error: --enable-log-outputs requires --enable-log-requests")

@@ -1,0 +1,85 @@
+"""The access log: one line per request, on the ``frontend.access`` logger.
+
+vLLM's server logs uvicorn's line when a response starts
+(``127.0.0.1:54321 - "POST /v1/completions HTTP/1.1" 200``); ours keeps that
+prefix, so greps written for vLLM's logs still match, and is written when the
+response has been sent, adding what an operator asks next: how long it took
+and which request it was::
+
+    127.0.0.1:54321 - "POST /v1/completions HTTP/1.1" 200 OK 12.3ms request_id=cmpl-...
+
+Under ``--log-format json`` the same facts are fields of the log record
+(``client``, ``method``, ``path``, ``http_version``, ``status``,
+``latency_ms``, ``request_id``). ``--disable-uvicorn-access-log`` turns it off;
+``--disable-access-log-for-endpoints /health,/metrics`` leaves out the
+requests whose path (without its query) is one of those, as vLLM does.
+"""
+
+from __future__ import annotations
+
+import http
+import logging
+import time
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from frontend.errors import REQUEST_ID_KEY
+
+log = logging.getLogger("frontend.access")
+
+
+def middleware(skip_paths: Iterable[str] = ()):
+    skipped = frozenset(skip_paths)
+
+    @web.middleware
+    async def access_log(request: web.Request, handler):
+        if request.path in skipped:
+            return await handler(request)
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        finally:
+            _line(request, status, (time.perf_counter() - started) * 1000.0)
+
+    return access_log
+
+
+def _line(request: web.Request, status: int, latency_ms: float) -> None:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "-"
+    version = f"{request.version.major}.{request.version.minor}"
+    path = request.raw_path
+    request_id = request.get(REQUEST_ID_KEY) or request.headers.get("X-Request-Id") or "-"
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    log.info(
+        '%s - "%s %s HTTP/%s" %d %s %.1fms request_id=%s',
+        client,
+        request.method,
+        path,
+        version,
+        status,
+        phrase,
+        latency_ms,
+        request_id,
+        extra={
+            "fields": {
+                "client": client,
+                "method": request.method,
+                "path": path,
+                "http_version": version,
+                "status": status,
+                "latency_ms": round(latency_ms, 3),
+                "request_id": request_id,
+            }
+        },
+    )
