@@ -322,3 +322,33 @@ def test_tokenizer_info_shows_the_chat_template_flag(servers):
         info = call(server.url, "GET", "/tokenizer_info").value
         assert info["chat_template"] == TEMPLATE
         assert info["tokenizer_class"] == "TokenizerPoolCachedTokenizersBackend"
+
+
+# A P/D-style round trip: the request asks its (mock) prefill engine for a
+# remote decode; the engine's KV connector answers on the finishing output
+# with where to pull the KV cache from, and both servers return that in the
+# non-streaming response (a stream never carries it, in vLLM either).
+KV_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
+KV_BODIES = {
+    "/v1/completions": {"model": "tiny", "prompt": ["Hello", "World"], "max_tokens": 3,
+                        "kv_transfer_params": KV_ASK},
+    "/v1/chat/completions": {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}],
+                             "max_tokens": 3, "kv_transfer_params": KV_ASK},
+    "/inference/v1/generate": {"token_ids": [1, 2, 3, 4], "sampling_params": {"max_tokens": 3},
+                               "kv_transfer_params": KV_ASK},
+}
+
+
+@pytest.mark.parametrize("path", list(KV_BODIES))
+def test_kv_transfer_params_round_trip_as_vllm(servers, path):
+    ours, theirs = servers
+    o = call(ours.url, "POST", path, KV_BODIES[path])
+    t = call(theirs.url, "POST", path, KV_BODIES[path])
+    assert o.status == t.status == 200, (o.body[:500], t.body[:500])
+    returned = o.value["kv_transfer_params"]
+    assert returned is not None and returned["do_remote_prefill"] is True  # the engine's answer
+    assert returned == t.value["kv_transfer_params"]
+    assert o.value["ec_transfer_params"] is t.value["ec_transfer_params"] is None
+    streamed = {**KV_BODIES[path], "stream": True}
+    o, t = call(ours.url, "POST", path, streamed), call(theirs.url, "POST", path, streamed)
+    assert b"kv_transfer_params" not in o.body and b"kv_transfer_params" not in t.body

@@ -147,6 +147,8 @@ class Scheduler:
             produced += len(out.new_token_ids)
             if out.finish_reason is not None:
                 finished.append((r, out.finish_reason))
+                if r.pooling is None:
+                    out.kv_transfer_params = kv_transfer_result(r)
         self.tokens_in_use += produced
         for r in self.erroring:
             by_client.setdefault(r.client_index, []).append(
@@ -250,3 +252,23 @@ class Scheduler:
             "cudagraph_stats": None,
             "perf_stats": None,
         }
+
+
+def kv_transfer_result(r: Request) -> dict | None:
+    """What a prefill node's KV connector (NIXL's) returns when a request that
+    asked for a remote decode finishes: where the decode node pulls its KV
+    cache from. The mock's stand-in for a P/D deployment (--kv-transfer-config)."""
+    extra = r.params.extra_args or {}
+    asked = extra.get("kv_transfer_params")
+    if not isinstance(asked, dict) or not asked.get("do_remote_decode"):
+        return None
+    blocks = (r.prompt_len + 15) // 16
+    return {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_block_ids": list(range(blocks)),
+        "remote_engine_id": "mock-prefill-engine",
+        "remote_host": "127.0.0.1",
+        "remote_port": 5600,
+        "tp_size": 1,
+    }
