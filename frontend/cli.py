@@ -489,6 +489,7 @@ def prepare(args: argparse.Namespace, *, first: bool = True):
             enable_prompt_tokens_details=args.enable_prompt_tokens_details,
             exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
             sse_keep_alive_interval=args.sse_keep_alive_interval,
+            root_path=(args.root_path or "").rstrip("/"),
             reasoning_config="reasoning_config" in recorded.engine,
             enable_log_requests=args.enable_log_requests,
             max_log_len=args.max_log_len,

@@ -222,7 +222,7 @@ class Server:
         ]
         if self.config.ops.operational.disable_fastapi_docs:
             return routes
-        return [*routes, openapi.route(routes)]
+        return [*routes, openapi.route(routes, self.config.serving.root_path)]
 
     def make_app(self) -> web.Application:
         """Routes from the route table; middlewares outermost first: request id ->
@@ -239,6 +239,9 @@ class Server:
             chain.append(access_log.middleware(serving.access_log_skip))
         if ops.enable_request_id_headers:
             chain.append(security.request_id_middleware())
+        root = serving.root_path
+        if root:  # (before the key check, which reads the unprefixed path)
+            chain.append(root_path_middleware(root))
         chain += [self.metrics.middleware(), cors.middleware()]
         keys = security.ApiKeys(ops.api_keys)
         if keys:
@@ -249,13 +252,16 @@ class Server:
         chain.append(error_middleware)
         app = web.Application(middlewares=chain, client_max_size=self.config.max_request_body)
         app[LOG_ERROR_STACK] = serving.log_error_stack
+        prefixes = ("", root) if root else ("",)  # --root-path: with it and without, as vLLM
         for route in self.routes():
-            registered = app.router.add_route(route.method, route.path, route.handler)
-            if route.count_choices is not None:
-                counters[registered] = route.count_choices
+            for prefix in prefixes:
+                registered = app.router.add_route(route.method, prefix + route.path, route.handler)
+                if route.count_choices is not None:
+                    counters[registered] = route.count_choices
         if not ops.operational.disable_fastapi_docs:  # (not in /openapi.json, as FastAPI's)
-            for path, page in docs.pages():
-                app.router.add_route("GET", path, page)
+            for path, page in docs.pages(root):
+                for prefix in prefixes:
+                    app.router.add_route("GET", prefix + path, page)
 
         hooks = [self.metrics.on_response_prepare, cors.on_response_prepare]
         if ops.enable_request_id_headers:
@@ -385,3 +391,18 @@ class Server:
         if self.handshake is not None:
             await self.handshake.close()
         await self.engine.close()
+
+
+def root_path_middleware(root: str):
+    """--root-path: a request under the prefix is handled as the same path
+    without it (Starlette's root_path, as vLLM's server routes it)."""
+
+    @web.middleware
+    async def strip_root(request: web.Request, handler):
+        path = request.path
+        if path.startswith(root + "/"):
+            stripped = request.rel_url.with_path(path[len(root) :])
+            request = request.clone(rel_url=stripped)
+        return await handler(request)
+
+    return strip_root

@@ -51,6 +51,7 @@ class ServingConfig:
     enable_prompt_tokens_details: bool = False
     exclude_tools_when_tool_choice_none: bool = False
     sse_keep_alive_interval: int = 0
+    root_path: str = ""  # --root-path, without its trailing slash
     reasoning_config: bool = False  # --reasoning-config given (a thinking budget is allowed)
     # The request log, the access log, error tracebacks (vLLM's logging flags).
     enable_log_requests: bool = False

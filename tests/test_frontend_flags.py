@@ -109,3 +109,13 @@ def test_start_up_refusals(flags, message, tiny_model_dir):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
+
+
+def test_root_path_keeps_the_api_key_guard(start_mock_stack):
+    """/api/v1/... is /v1/... under --root-path /api: the key is checked there too."""
+    stack = start_mock_stack("--root-path", "/api", "--api-key", "sekret")
+    assert get(stack.url, "/api/v1/models").status == 401
+    assert get(stack.url, "/v1/models").status == 401
+    assert get(stack.url, "/api/health").status == 200  # (unguarded, as /health)
+    reply = get(stack.url, "/api/v1/models", headers={"Authorization": "Bearer sekret"})
+    assert reply.status == 200 and reply.json["data"][0]["id"] == SERVED_NAME

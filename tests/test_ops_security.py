@@ -104,6 +104,9 @@ def test_api_keys_unit():
     assert not keys.verify(None) and not keys.verify("Token a")
     assert "a" not in repr(keys)
     assert not ApiKeys([]) and not ApiKeys([""])
+    # Anthropic's x-api-key: a bare key
+    assert keys.verify_key("bb") and not keys.verify_key("Bearer bb")
+    assert not keys.verify_key("") and not keys.verify_key(None)
 
 
 # ------------------------------------------------------------------------ CORS

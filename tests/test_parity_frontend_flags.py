@@ -75,6 +75,16 @@ OTHER_SHAPES = [
              stream_options={"include_usage": True}),
     cmpl.gen("flags-text-logprobs", sampling_params={"max_tokens": 3, "logprobs": 1},
              output_mode="text"),
+    # --root-path /api: every route with the prefix and without it
+    cmpl.raw("root-path-models", "/api/v1/models", None, method="GET",
+             normalize=cmpl._normalize_models),
+    cmpl.raw("root-path-completion", "/api/v1/completions",
+             {"model": "tiny", "prompt": "Hello", "max_tokens": 3, "temperature": 0}),
+    cmpl.raw("root-path-health", "/api/health", None, method="GET"),
+]
+ROOT_ERRORS = [
+    cmpl.raw("root-path-alone", "/api", None, method="GET"),
+    cmpl.raw("root-path-unknown", "/api/nothing-here", None, method="GET"),
 ]
 
 
@@ -99,6 +109,20 @@ def test_completions_and_generate_parity_with_the_flags(shape, servers):
     reply = cmpl.send(theirs, shape)
     assert reply.status == 200, reply.body
     cmpl.assert_same(shape, cmpl.send(ours, shape), reply)
+
+
+@pytest.mark.parametrize("shape", ROOT_ERRORS, ids=[s.id for s in ROOT_ERRORS])
+def test_root_path_errors_as_vllm(shape, servers):
+    ours, theirs = servers
+    reply, mine = cmpl.send(theirs, shape), cmpl.send(ours, shape)
+    assert reply.status == mine.status == 404, (reply.body, mine.body)
+    assert mine.json() == reply.json() == {"detail": "Not Found"}  # (Starlette's, as vLLM's)
+
+
+def test_the_openapi_document_names_the_root_path(servers):
+    for url in servers:
+        doc = cmpl.send(url, cmpl.raw("doc", "/openapi.json", None, method="GET")).json()
+        assert doc["servers"] == [{"url": "/api"}]
 
 
 def test_the_flags_show(servers):

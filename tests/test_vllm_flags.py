@@ -41,7 +41,7 @@ FRONTEND_FLAGS = {
     "return_tokens_as_token_ids", "enable_prompt_tokens_details",
     "exclude_tools_when_tool_choice_none", "sse_keep_alive_interval", "max_log_len",
     "enable_log_outputs", "enable_log_deltas", "disable_uvicorn_access_log",
-    "disable_access_log_for_endpoints", "log_error_stack", "enable_log_requests",
+    "disable_access_log_for_endpoints", "log_error_stack", "enable_log_requests", "root_path",
     # engine-args flags that vLLM's API server reads too
     "model", "tokenizer", "tokenizer_mode", "trust_remote_code", "revision",
     "tokenizer_revision", "download_dir", "hf_token", "generation_config",

@@ -27,21 +27,20 @@ def _html(text: str) -> web.Response:
     return web.Response(text=text, content_type="text/html")
 
 
-async def swagger_ui(request: web.Request) -> web.Response:
-    return _html(SWAGGER_UI_PAGE)
+def pages(root_path: str = "") -> list[tuple[str, Handler]]:
+    """(path, handler) of every docs page (GET; not in /openapi.json, as FastAPI's);
+    under --root-path the pages load the prefixed document, as FastAPI's do."""
+    swagger = _page(_swagger_ui(root_path))
+    oauth2 = _page(OAUTH2_REDIRECT)
+    redoc = _page(_redoc(root_path))
+    return [(DOCS, swagger), (OAUTH2, oauth2), (REDOC, redoc)]
 
 
-async def oauth2_redirect(request: web.Request) -> web.Response:
-    return _html(OAUTH2_REDIRECT)
+def _page(text: str) -> Handler:
+    async def page(request: web.Request) -> web.Response:
+        return _html(text)
 
-
-async def redoc(request: web.Request) -> web.Response:
-    return _html(REDOC_PAGE)
-
-
-def pages() -> list[tuple[str, Handler]]:
-    """(path, handler) of every docs page (GET; not in /openapi.json, as FastAPI's)."""
-    return [(DOCS, swagger_ui), (OAUTH2, oauth2_redirect), (REDOC, redoc)]
+    return page
 
 
 # fmt: off
@@ -207,15 +206,20 @@ OAUTH2_REDIRECT = (
 )
 # fmt: on
 
-SWAGGER_UI_PAGE = (
-    _SWAGGER_UI.replace("@CSS@", SWAGGER_CSS)
-    .replace("@JS@", SWAGGER_JS)
-    .replace("@FAVICON@", FAVICON)
-    .replace("@OPENAPI@", OPENAPI_URL)
-    .replace("@OAUTH2@", OAUTH2)
-)
-REDOC_PAGE = (
-    _REDOC.replace("@REDOC_JS@", REDOC_JS)
-    .replace("@FAVICON@", FAVICON)
-    .replace("@OPENAPI@", OPENAPI_URL)
-)
+
+def _swagger_ui(root_path: str) -> str:
+    return (
+        _SWAGGER_UI.replace("@CSS@", SWAGGER_CSS)
+        .replace("@JS@", SWAGGER_JS)
+        .replace("@FAVICON@", FAVICON)
+        .replace("@OPENAPI@", root_path + OPENAPI_URL)
+        .replace("@OAUTH2@", root_path + OAUTH2)
+    )
+
+
+def _redoc(root_path: str) -> str:
+    return (
+        _REDOC.replace("@REDOC_JS@", REDOC_JS)
+        .replace("@FAVICON@", FAVICON)
+        .replace("@OPENAPI@", root_path + OPENAPI_URL)
+    )

@@ -218,13 +218,22 @@ def _version() -> str:
         return "0"
 
 
-def route(routes: list[Route]) -> Route:
-    """GET /openapi.json, describing ``routes`` and itself; built on first use."""
+def route(routes: list[Route], root_path: str = "") -> Route:
+    """GET /openapi.json, describing ``routes`` and itself; built on first use
+    (under --root-path, FastAPI's ``servers`` entry names the prefix)."""
     cached: list[bytes] = []
 
     async def handle(request: web.Request) -> web.Response:
         if not cached:
-            cached.append(msgspec.json.encode(describe([*routes, this])))
+            doc = describe([*routes, this])
+            if root_path:
+                doc = {
+                    "openapi": doc["openapi"],
+                    "info": doc["info"],
+                    "servers": [{"url": root_path}],
+                    **doc,
+                }
+            cached.append(msgspec.json.encode(doc))
         return web.Response(body=cached[0], content_type="application/json")
 
     this = Route("GET", PATH, handle)

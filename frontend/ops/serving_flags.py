@@ -72,6 +72,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help='with tool_choice "none", leave the tools out of the prompt',
     )
     g.add_argument(
+        "--root-path",
+        default=None,
+        help="the path prefix a proxy serves this under (e.g. /api): every route answers "
+        "with and without it",
+    )
+    g.add_argument(
         "--sse-keep-alive-interval",
         type=int,
         default=0,

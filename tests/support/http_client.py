@@ -64,9 +64,11 @@ def post(url: str, path: str, body: Any, *, timeout: float = TIMEOUT_S,
         return Reply(e.code, dict(e.headers), e.read())
 
 
-def get(url: str, path: str, *, timeout: float = 10.0) -> Reply:
+def get(url: str, path: str, *, timeout: float = 10.0,
+        headers: dict[str, str] | None = None) -> Reply:
     try:
-        with urllib.request.urlopen(url + path, timeout=timeout) as r:
+        request = urllib.request.Request(url + path, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=timeout) as r:
             return Reply(r.status, dict(r.headers), r.read())
     except urllib.error.HTTPError as e:
         return Reply(e.code, dict(e.headers), e.read())

@@ -32,7 +32,7 @@ FRONTEND_FLAGS = [
     "--enable-prompt-tokens-details", "--exclude-tools-when-tool-choice-none",
     "--default-chat-template-kwargs", '{"enable_thinking": false, "flavour": "mint"}',
     "--trust-request-chat-template", "--trust-request-mm-kwargs",
-    "--chat-template-content-format", "string",
+    "--chat-template-content-format", "string", "--root-path", "/api",
 ]
 OPENAI_CONTENT_FLAGS = ["--chat-template-content-format", "openai"]
 FLAG_SETS = {"agents": AGENT_FLAGS, "frontend-flags": FRONTEND_FLAGS,

@@ -1,0 +1,130 @@
+"""Comparing Responses API answers across servers (ours and vLLM's).
+
+Random parts are masked: item ids (``msg_``/``rs_``/``fc_`` + hex) keep their
+prefix, tool call ids their ``chatcmpl-tool-`` prefix, response ids without
+a ``request_id`` theirs; ``created_at`` and prefix-cache hits
+(``cached_tokens``: each engine's cache has its own history) are dropped.
+
+Streams are folded: vLLM's API server merges engine steps into one event when
+it falls behind the engine, so the number of ``...delta`` events is not the
+contract. A run of delta events of one kind for one output item becomes one
+entry (the joined text and logprobs); every other event is kept whole (its
+sequence number aside, which must count 0, 1, 2, ... on each side).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+TIMEOUT_S = 120.0
+_RANDOM_ID = re.compile(r"^(resp|msg|rs|fc|ctc)_[0-9a-f]{16}$")
+_CALL_ID = re.compile(r"^chatcmpl-tool-[0-9a-f]{16}$")
+
+
+@dataclass
+class Reply:
+    status: int
+    content_type: str
+    body: bytes
+    events: list[tuple[str, Any]] | None = field(default=None)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def send(base_url: str, method: str, path: str, body: Any = None,
+         content_type: str = "application/json") -> Reply:
+    url = urlsplit(base_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=TIMEOUT_S)
+    try:
+        data = None if body is None else (body if isinstance(body, bytes)
+                                          else json.dumps(body).encode())
+        conn.request(method, path, body=data, headers={"Content-Type": content_type})
+        resp = conn.getresponse()
+        reply = Reply(resp.status, resp.getheader("Content-Type", ""), resp.read())
+    finally:
+        conn.close()
+    if reply.content_type.startswith("text/event-stream"):
+        reply.events = parse_events(reply.body)
+    return reply
+
+
+def parse_events(body: bytes) -> list[tuple[str, Any]]:
+    """vLLM's framing: ``event: <type>`` then one ``data:`` line, a blank line after."""
+    text = body.decode("utf-8")
+    assert not text or text.endswith("\n\n"), f"stream does not end with a blank line: {text[-200:]!r}"
+    events = []
+    for block in text.split("\n\n")[:-1]:
+        lines = block.split("\n")
+        assert len(lines) == 2 and lines[0].startswith("event: "), f"bad event {block!r}"
+        assert lines[1].startswith("data: "), f"bad event {block!r}"
+        events.append((lines[0][len("event: "):], json.loads(lines[1][len("data: "):])))
+    return events
+
+
+def masked(value: Any, key: str | None = None) -> Any:
+    if isinstance(value, dict):
+        return {k: masked(v, k) for k, v in value.items()
+                if k not in ("created_at", "cached_tokens")}
+    if isinstance(value, list):
+        return [masked(v) for v in value]
+    if isinstance(value, str) and key in ("id", "item_id", "call_id"):
+        if _RANDOM_ID.match(value):
+            return value.split("_", 1)[0] + "_<hex>"
+        if _CALL_ID.match(value):
+            return "chatcmpl-tool-<hex>"
+    return value
+
+
+def fold(events: list[tuple[str, Any]]) -> list[Any]:
+    """Delta runs joined; sequence numbers checked and dropped; ids masked."""
+    out: list[Any] = []
+    for n, (name, data) in enumerate(events):
+        assert data.get("type") == name, (name, data)
+        assert data.get("sequence_number") == n, (n, data)
+        data = masked({k: v for k, v in data.items() if k != "sequence_number"})
+        if name.endswith(".delta"):
+            last = out[-1] if out else None
+            if isinstance(last, dict) and last.get("type") == name and \
+                    last.get("item_id") == data.get("item_id"):
+                last["delta"] += data["delta"]
+                if "logprobs" in data:
+                    last["logprobs"] = last["logprobs"] + data["logprobs"]
+                continue
+        out.append(data)
+    return out
+
+
+def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False) -> None:
+    assert ours.status == theirs.status, (
+        f"status {ours.status} != vLLM's {theirs.status}\nours: {ours.body[:3000]!r}\n"
+        f"vLLM: {theirs.body[:3000]!r}")
+    assert ours.content_type.split(";")[0] == theirs.content_type.split(";")[0]
+    if theirs.events is not None:
+        assert ours.events is not None
+        mine, vllm = fold(ours.events), fold(theirs.events)
+        if mine != vllm:
+            at = next((i for i, (a, b) in enumerate(zip(mine, vllm)) if a != b),
+                      min(len(mine), len(vllm)))
+            raise AssertionError(
+                f"{len(mine)} vs vLLM's {len(vllm)} folded events; first difference at {at}:\n"
+                f"ours: {json.dumps(mine[at:at + 2])[:4000]}\n"
+                f"vLLM: {json.dumps(vllm[at:at + 2])[:4000]}\n"
+                f"raw ours: {ours.body[:3000]!r}\nraw vLLM: {theirs.body[:3000]!r}")
+        return
+    our_json, their_json = ours.json(), theirs.json()
+    if theirs.status >= 400:
+        ours_err, theirs_err = our_json["error"], their_json["error"]
+        keys = ("type", "code") if message_differs else ("type", "code", "param", "message")
+        for key in keys:
+            assert ours_err[key] == theirs_err[key], (
+                f"error.{key}: {ours_err!r} != vLLM's {theirs_err!r}")
+        return
+    assert masked(our_json) == masked(their_json), (
+        f"\nours: {json.dumps(masked(our_json))[:6000]}\n"
+        f"vLLM: {json.dumps(masked(their_json))[:6000]}")
