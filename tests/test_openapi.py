@@ -9,14 +9,20 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 
+from frontend.anthropic import schemas as anthropic
+from frontend.anthropic.routes import anthropic_routes
 from frontend.openai import chat, completions, generate, misc, openapi, scale_out
 from frontend.openai.routes import openai_routes, operational_routes
+from frontend.responses.request import ResponsesRequest
+from frontend.responses.routes import responses_routes
 from frontend.state import OperationalConfig
 from tests.support.http_client import get
 
 STRUCTS = {s.__name__: s for s in (completions.CompletionRequest, chat.ChatCompletionRequest,
                                    generate.GenerateRequest, misc.TokenizeRequest,
-                                   misc.DetokenizeRequest, scale_out.AbortRequests)}
+                                   misc.DetokenizeRequest, scale_out.AbortRequests,
+                                   ResponsesRequest, anthropic.MessagesRequest,
+                                   anthropic.CountTokensRequest)}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +35,7 @@ def mock_url(tiny_model_dir, tmp_path_factory):
 
 
 # POST routes whose body is not one struct (vLLM's have no request body schema either).
-BODILESS = {"/ping", "/invocations"}
+BODILESS = {"/ping", "/invocations", "/v1/responses/{response_id}/cancel"}
 
 
 def every_route() -> set[tuple[str, str]]:
@@ -39,7 +45,9 @@ def every_route() -> set[tuple[str, str]]:
                                                    runtime_lora_updating=False),
                             operational=OperationalConfig())
     table = {(r.method.lower(), r.path) for r in openai_routes(state)}
+    table |= {(r.method.lower(), r.path) for r in responses_routes(state)}
     table |= {(r.method.lower(), r.path) for r in operational_routes(state, [], True)}
+    table |= {(r.method.lower(), r.path) for r in anthropic_routes(state)}
     return table | {("get", "/metrics"), ("get", "/openapi.json")}
 
 
@@ -84,8 +92,10 @@ def test_schemathesis_loads_it_and_generates_every_operation(mock_url):
 
 
 def test_request_schemas_are_the_structs():
-    doc = openapi.describe(openai_routes(SimpleNamespace(config=SimpleNamespace(
-        enable_debug_endpoints=False, runtime_lora_updating=True))))
+    state = SimpleNamespace(config=SimpleNamespace(enable_debug_endpoints=False,
+                                                   runtime_lora_updating=True))
+    doc = openapi.describe([*openai_routes(state), *responses_routes(state),
+                            *anthropic_routes(state)])
     components = doc["components"]["schemas"]
     for name, struct in STRUCTS.items():
         generated = msgspec.json.schema_components([struct], ref_template=openapi.REF)[1][name]

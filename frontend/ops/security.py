@@ -5,7 +5,10 @@
   ``Authorization: Bearer <key>`` matching one of the keys; ``OPTIONS`` is
   exempt (CORS preflights carry no credentials), and so is every other path
   (``/health``, ``/metrics``, ``/tokenize``, ``/ping``, ``/invocations``,
-  the dev-mode routes...), exactly vLLM's rule. A refusal is 401 with
+  the dev-mode routes...), exactly vLLM's rule. The Messages API's routes
+  (``/v1/messages``, ``/v1/messages/count_tokens``) also take Anthropic's
+  ``x-api-key: <key>`` header, which Anthropic's SDKs send (vLLM 0.32 reads
+  only the bearer token there: a deliberate difference). A refusal is 401 with
   vLLM's body ``{"error":"Unauthorized"}``. Keys are compared as SHA-256
   digests with ``secrets.compare_digest`` against every key (no early exit),
   as ``vllm/entrypoints/serve/middleware/authenticate.py``; they are never
@@ -34,6 +37,8 @@ from multidict import CIMultiDict
 # /invocations, /load, the docs and the dev-mode routes are open, as in vLLM.
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 UNAUTHORIZED_BODY = b'{"error":"Unauthorized"}'
+# Where Anthropic's x-api-key header is a credential too.
+X_API_KEY_PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 
 ALL_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY")
 SAFELISTED_HEADERS = {"Accept", "Accept-Language", "Content-Language", "Content-Type"}
@@ -60,11 +65,24 @@ class ApiKeys:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer":
             return False
+        return self.verify_key(token)
+
+    def verify_key(self, token: str | None) -> bool:
+        """A bare key (Anthropic's ``x-api-key``), against every key."""
+        if token is None:
+            return False
         digest = hashlib.sha256(token.encode()).digest()
         match = False
         for expected in self._digests:
             match |= secrets.compare_digest(digest, expected)
         return match
+
+
+def authorized(keys: ApiKeys, request: web.Request) -> bool:
+    headers = request.headers
+    if keys.verify(headers.get("Authorization")):
+        return True
+    return request.path in X_API_KEY_PATHS and keys.verify_key(headers.get("x-api-key"))
 
 
 def api_key_middleware(keys: ApiKeys, on_reject=None):
@@ -73,7 +91,7 @@ def api_key_middleware(keys: ApiKeys, on_reject=None):
         if (
             request.method != "OPTIONS"
             and request.path.startswith(GUARDED_PREFIXES)
-            and not keys.verify(request.headers.get("Authorization"))
+            and not authorized(keys, request)
         ):
             if on_reject is not None:
                 on_reject("unauthorized")
