@@ -100,6 +100,18 @@ def fold(events: list[tuple[str, Any]]) -> list[Any]:
     return out
 
 
+def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two JSON values differ (key paths), for failure messages."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = [f"{path}.{k}: missing on one side" for k in set(a) ^ set(b)]
+        for k in a.keys() & b.keys():
+            out += differences(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {json.dumps(a)[:300]} != vLLM's {json.dumps(b)[:300]}"]
+
+
 def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False) -> None:
     assert ours.status == theirs.status, (
         f"status {ours.status} != vLLM's {theirs.status}\nours: {ours.body[:3000]!r}\n"
@@ -113,6 +125,7 @@ def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False) ->
                       min(len(mine), len(vllm)))
             raise AssertionError(
                 f"{len(mine)} vs vLLM's {len(vllm)} folded events; first difference at {at}:\n"
+                f"{differences(mine[at:at + 1], vllm[at:at + 1])[:8]}\n"
                 f"ours: {json.dumps(mine[at:at + 2])[:4000]}\n"
                 f"vLLM: {json.dumps(vllm[at:at + 2])[:4000]}\n"
                 f"raw ours: {ours.body[:3000]!r}\nraw vLLM: {theirs.body[:3000]!r}")
@@ -126,5 +139,5 @@ def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False) ->
                 f"error.{key}: {ours_err!r} != vLLM's {theirs_err!r}")
         return
     assert masked(our_json) == masked(their_json), (
-        f"\nours: {json.dumps(masked(our_json))[:6000]}\n"
+        f"{differences(masked(our_json), masked(their_json))[:8]}\nours: {json.dumps(masked(our_json))[:6000]}\n"
         f"vLLM: {json.dumps(masked(their_json))[:6000]}")
