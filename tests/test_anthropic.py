@@ -21,7 +21,6 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-import anthropic
 import pytest
 from tokenizers import Tokenizer
 
@@ -32,8 +31,11 @@ from harness.frontend import launch_mock_stack
 from harness.waits import wait_for
 from tests.support.anthropic_wire import fold, parse_events
 from tests.support.http_client import get, post
+from tests.support.requirements import require_module
 from tests.support.stacks import engine_requests
 from tests.support.vllm_frontend import AGENT_FLAGS
+
+anthropic = require_module("anthropic", "the test extras: pip install -e '.[test]'")
 
 KEY = "sk-ant-test-key"
 STEP_TIME = "0.002"

@@ -138,7 +138,8 @@ SHAPES: list[Shape] = [
         container="c", mcp_servers=[]),
     msg("vllm-extras", vllm_xargs={"a": 1}, cache_salt="salt-1", watermarking=False,
         kv_transfer_params={"do_remote_decode": False}),
-    msg("unicode", [{"role": "user", "content": "héllo 你好 — \"q\" <b>"}], thinking=NO_THINKING),
+    msg("unicode", [{"role": "user", "content": "héllo 你好 — \"q\" <b>"}],
+        thinking=NO_THINKING),
     # ---------------------------------------------------------------- streams
     streamed("plain"),
     streamed("thinking-disabled", thinking=NO_THINKING),
@@ -153,6 +154,15 @@ SHAPES: list[Shape] = [
              max_tokens=40),
     streamed("max-tokens-one", max_tokens=1),
     streamed("history", HISTORY, tools=[WEATHER]),
+    streamed("tools-auto", tools=[WEATHER, SEARCH]),
+    streamed("tool-choice-without-tools", tool_choice={"type": "any"}),
+    streamed("json-format", thinking=NO_THINKING, max_tokens=30, output_config={
+        "format": {"type": "json_schema", "schema": {"type": "object"}}}),
+    streamed("unicode", [{"role": "user", "content": "héllo 你好 — \"q\" <b>"}],
+             thinking=NO_THINKING, max_tokens=16),
+    streamed("inline-system", [{"role": "user", "content": "Hi"},
+                               {"role": "system", "content": "Reminder."},
+                               {"role": "user", "content": "ok"}]),
     # ---------------------------------------------------------------- count_tokens
     count("plain"),
     count("system-tools", system="Be brief.", tools=[WEATHER, SEARCH],
@@ -196,6 +206,8 @@ SHAPES: list[Shape] = [
         {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "search"}}]},
         {"role": "user", "content": "Hi"}], tools=[WEATHER]),
     error("temperature", temperature=5),
+    error("tool-result-text-not-a-string", [{"role": "user", "content": [  # (a TypeError)
+        {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": 5}]}]}]),
     error("image", [{"role": "user", "content": [IMAGE, {"type": "text", "text": "what?"}]}],
           differs="vLLM: 'tiny is not a multimodal model'; ours says which part and why "
                   "(as on chat)"),

@@ -37,6 +37,14 @@ def test_response_problems():
     assert "[DONE]" in response_problem(200, "text/event-stream", b"data: {}\n\n")
     assert "invalid JSON" in response_problem(200, "application/json", b"{")
     assert response_problem(200, "application/json", b"{}") is None
+    # The Messages API: its own error shape (or OpenAI's), named events, no [DONE]
+    anthropic_error = b'{"type":"error","error":{"type":"NotFoundError","message":"m"}}'
+    assert response_problem(404, "application/json", anthropic_error, "/v1/messages") is None
+    assert response_problem(404, "application/json", anthropic_error) is not None
+    events = b'event: message_start\ndata: {}\n\nevent: message_stop\ndata: {}\n\n'
+    assert response_problem(200, "text/event-stream", events, "/v1/messages") is None
+    assert "message_stop" in response_problem(200, "text/event-stream",
+                                              b"data: {}\n\ndata: [DONE]\n\n", "/v1/messages")
 
 
 def test_max_tokens_cap():

@@ -75,12 +75,41 @@ def error_shape_problem(status: int, body: bytes) -> str | None:
     return None
 
 
-def response_problem(status: int, content_type: str, body: bytes) -> str | None:
+# Anthropic's Messages API (frontend/anthropic): errors after the body is read
+# in its own shape, streams of named events ending with message_stop (or an
+# error event), as vLLM's server sends them.
+MESSAGES_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
+
+
+def messages_error_problem(status: int, body: bytes) -> str | None:
+    """None for a Messages API error: ``{"type": "error", "error": {type, message}}``."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return f"not JSON: {body[:200]!r}"
+    if not isinstance(data, dict) or data.get("type") != "error":
+        return f"not a Messages API error: {body[:200]!r}"
+    err = data.get("error")
+    if not isinstance(err, dict) or set(err) != {"type", "message"}:
+        return f"not a Messages API error: {body[:200]!r}"
+    return None
+
+
+def response_problem(status: int, content_type: str, body: bytes,
+                     path: str = "") -> str | None:
+    messages = path in MESSAGES_PATHS
     if status >= 500:
         return f"status {status}: {body[:300]!r}"
     if status >= 400:
+        if messages and messages_error_problem(status, body) is None:
+            return None
         return error_shape_problem(status, body)
-    if status == 200 and content_type.startswith("text/event-stream"):
+    if status == 200 and content_type.startswith("text/event-stream") and messages:
+        last = body.rstrip(b"\n").rpartition(b"\n\n")[2]
+        if not body.endswith(b"\n\n") or not last.startswith(
+                (b"event: message_stop\n", b"event: error\n")):
+            return f"stream does not end with message_stop or an error: {body[-200:]!r}"
+    elif status == 200 and content_type.startswith("text/event-stream"):
         if body.count(b"data: [DONE]\n\n") != 1 or not body.endswith(b"data: [DONE]\n\n"):
             return f"stream does not end with one [DONE]: {body[-200:]!r}"
     elif status == 200 and content_type.startswith("application/json"):
@@ -122,7 +151,8 @@ class Fuzzer:
             return
         content_type = next((v[0] for k, v in resp.headers.items()
                              if k.lower() == "content-type" and v), "")
-        problem = response_problem(resp.status_code, content_type, resp.content or b"")
+        problem = response_problem(resp.status_code, content_type, resp.content or b"",
+                                   case.operation.path)
         if problem:
             kind = "5xx" if resp.status_code >= 500 else (
                 "4xx shape" if resp.status_code >= 400 else "2xx body")
