@@ -24,7 +24,7 @@ from harness.engine_harness import spawn_mock
 from harness.frontend import launch_mock_stack
 from harness.ports import free_port
 from harness.waits import Watch
-from tests.support.responses import Reply, assert_same, send
+from tests.support.responses import assert_same, delta_count, send
 from tests.support.vllm_frontend import AGENT_FLAGS
 from tests.support.vllm_parsers import VllmMultiServer
 
@@ -59,6 +59,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                            {"include": ["message.output_text.logprobs"]}),
     "hidden-reasoning": (f"secret</think>\n\nVisible. <tool_call>\n{W}\n</tool_call>",
                          {"include_reasoning": False}),
+    # max_output_tokens reached inside the reasoning: incomplete, reasoning only
+    "unfinished-reasoning": ("still thinking about the weather in", {"finish": "length"}),
 }
 
 
@@ -92,13 +94,9 @@ def ours(tiny_model_dir, tmp_path_factory):
     stack.stop()
 
 
-def request(ids: list[int], extra: dict[str, Any], stream: bool) -> dict[str, Any]:
+def request(ids: list[int], extra: dict[str, Any], finish: str, stream: bool) -> dict[str, Any]:
     return {"model": "tiny", "input": "What's the weather?", "tools": TOOLS, "temperature": 0,
-            "max_output_tokens": len(ids) + 1, "stream": stream, **extra}
-
-
-def deltas(reply: Reply) -> int:
-    return sum(name.endswith(".delta") for name, _ in reply.events or [])
+            "max_output_tokens": len(ids) + (finish == "stop"), "stream": stream, **extra}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -106,26 +104,28 @@ def test_function_calls_match_vllm(vllm_server, ours, tokenizer, case):
     server, their_control = vllm_server
     their_url = server.url("agents")
     text, extra = CASES[case]
+    extra = dict(extra)
+    finish = extra.pop("finish", "stop")
     ids = tokenizer.encode(text, add_special_tokens=False).ids
-    script = {"output_token_ids": ids, "finish": "stop"}
+    script = {"output_token_ids": ids, "finish": finish}
     their_control.script(script)
     ours.control().script(script)
 
-    body = request(ids, extra, stream=False)
+    body = request(ids, extra, finish, stream=False)
     mine = send(ours.url, "POST", "/v1/responses", body)
     theirs = send(their_url, "POST", "/v1/responses", body)
     assert_same(mine, theirs)
     kinds = [item["type"] for item in mine.json()["output"]]
     assert ("function_call" in kinds) == ("<tool_call>" in text), kinds
 
-    body = request(ids, extra, stream=True)
+    body = request(ids, extra, finish, stream=True)
     mine = send(ours.url, "POST", "/v1/responses", body)
     assert mine.status == 200 and mine.events, mine.body[:500]
     try:
         for step_time in STREAM_STEP_TIMES:
             their_control.configure(step_time=step_time)
             theirs = send(their_url, "POST", "/v1/responses", body)
-            if deltas(theirs) == deltas(mine):  # vLLM parsed every step on its own
+            if delta_count(theirs) == delta_count(mine):  # vLLM parsed every step on its own
                 break
         else:
             pytest.fail("vLLM's server merged steps in every stream: nothing to compare with")
