@@ -132,3 +132,45 @@ def test_frontend_process_json_logs(start_ops_stack):
     assert any(m.startswith("serving on http://") for m in messages)
     assert messages[-1] == "stopped"
     assert all(set(e) >= {"ts", "level", "logger", "msg"} for e in events)
+
+
+@pytest.mark.parametrize("fmt,journald", [("text", False), ("text", True), ("json", False),
+                                          ("json", True)])
+def test_fast_lines_read_as_the_loggers_own(log_file, fmt, journald):
+    """The access log's lines (logs.FastLines) are what the logger would have
+    written: same layout in each format, keys masked, written once per loop
+    iteration."""
+    import asyncio
+
+    path, stream = log_file
+    environ = {"JOURNAL_STREAM": _journal_stream_of(stream)} if journald else {}
+    logs.setup("info", fmt, stream=stream, environ=environ, secrets=["sekret"])
+    logging.getLogger("frontend.access").info("via logging sekret", extra={"fields": {"a": 1}})
+    write = logs.fast_lines("frontend.access")
+    assert write is not None
+
+    async def go():
+        write("fast sekret", {"a": 1})
+        write("fast again", {"a": 2})
+        await asyncio.sleep(0)
+
+    asyncio.run(go())
+    stream.flush()
+    slow, fast, again = path.read_text().splitlines()
+    strip = (lambda line: re.sub(r"^\S+ \S+ ", "", line)) if not journald else (lambda x: x)
+    if fmt == "json":
+        slow_event, fast_event = json.loads(slow), json.loads(fast)
+        assert ("ts" in slow_event) == ("ts" in fast_event) == (not journald)
+        slow_event.pop("ts", None), fast_event.pop("ts", None)
+        assert fast_event == {**slow_event, "msg": "fast ***"}
+        assert json.loads(again)["a"] == 2
+    else:
+        assert bool(TIMESTAMP.match(fast)) == bool(TIMESTAMP.match(slow)) == (not journald)
+        assert strip(fast) == strip(slow).replace("via logging", "fast")
+        assert fast.endswith("fast ***")
+
+
+def test_fast_lines_step_aside_when_the_level_hides_them(log_file):
+    _, stream = log_file
+    logs.setup("warning", "text", stream=stream, environ={})
+    assert logs.fast_lines("frontend.access") is None

@@ -25,12 +25,14 @@ from collections.abc import Iterable
 from aiohttp import web
 
 from frontend.errors import REQUEST_ID_KEY
+from frontend.ops import logs
 
 log = logging.getLogger("frontend.access")
 
 
 def middleware(skip_paths: Iterable[str] = ()):
     skipped = frozenset(skip_paths)
+    write = logs.fast_lines(log.name)  # (None: through the logger)
 
     @web.middleware
     async def access_log(request: web.Request, handler):
@@ -46,40 +48,42 @@ def middleware(skip_paths: Iterable[str] = ()):
             status = e.status
             raise
         finally:
-            _line(request, status, (time.perf_counter() - started) * 1000.0)
+            _line(request, status, (time.perf_counter() - started) * 1000.0, write)
 
     return access_log
 
 
-def _line(request: web.Request, status: int, latency_ms: float) -> None:
+# "OK", "Not Found", ... by status code
+_PHRASES = {int(status): status.phrase for status in http.HTTPStatus}
+_LINE = '%s - "%s %s HTTP/%s" %d %s %.1fms request_id=%s'
+
+
+def _line(request: web.Request, status: int, latency_ms: float, write) -> None:
     peer = request.transport.get_extra_info("peername") if request.transport else None
     client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "-"
     version = f"{request.version.major}.{request.version.minor}"
     path = request.raw_path
     request_id = request.get(REQUEST_ID_KEY) or request.headers.get("X-Request-Id") or "-"
-    try:
-        phrase = http.HTTPStatus(status).phrase
-    except ValueError:
-        phrase = ""
-    log.info(
-        '%s - "%s %s HTTP/%s" %d %s %.1fms request_id=%s',
+    args = (
         client,
         request.method,
         path,
         version,
         status,
-        phrase,
+        _PHRASES.get(status, ""),
         latency_ms,
         request_id,
-        extra={
-            "fields": {
-                "client": client,
-                "method": request.method,
-                "path": path,
-                "http_version": version,
-                "status": status,
-                "latency_ms": round(latency_ms, 3),
-                "request_id": request_id,
-            }
-        },
     )
+    fields = {
+        "client": client,
+        "method": request.method,
+        "path": path,
+        "http_version": version,
+        "status": status,
+        "latency_ms": round(latency_ms, 3),
+        "request_id": request_id,
+    }
+    if write is not None:
+        write(_LINE % args, fields)
+    else:
+        log.info(_LINE, *args, extra={"fields": fields})

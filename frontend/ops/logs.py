@@ -18,10 +18,12 @@ every line, whatever logged them.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from typing import IO
 
@@ -137,3 +139,69 @@ def setup(
     root.setLevel(level.upper() if isinstance(level, str) else level)
     logging.captureWarnings(True)
     return handler
+
+
+class FastLines:
+    """INFO lines of one logger written without logging's per-record work (a
+    LogRecord, its formatting, a write and a flush: ~9 us each), for a log of
+    one line per request: formatted as the handler's formatter formats them
+    and written together once per event-loop iteration."""
+
+    def __init__(self, name: str, handler: logging.StreamHandler) -> None:
+        self.name = name
+        self.stream = handler.stream
+        formatter = handler.formatter
+        assert isinstance(formatter, (TextFormatter, JsonFormatter))
+        self.json = isinstance(formatter, JsonFormatter)
+        self.journald = formatter.journald
+        self.redact = formatter.redact
+        self.prefix = f"INFO {name}: "
+        self._pending: list[str] = []
+        self._second = -1
+        self._stamp = ""
+
+    def __call__(self, message: str, fields: dict) -> None:
+        now = time.time()
+        message = self.redact(message)
+        if self.json:
+            event: dict = {}
+            if not self.journald:
+                event["ts"] = datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(
+                    timespec="milliseconds"
+                )
+            event.update(level="INFO", logger=self.name, msg=message, **fields)
+            line = _json.encode(event).decode()
+        elif self.journald:
+            line = f"<6>{self.prefix}{message}"
+        else:
+            second = int(now)
+            if second != self._second:  # logging's asctime, local time
+                self._second = second
+                self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+            line = f"{self._stamp},{int(now % 1 * 1000):03d} {self.prefix}{message}"
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(line)
+
+    def _flush(self) -> None:
+        lines, self._pending = self._pending, []
+        try:
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # stderr gone: as logging, carry on
+            pass
+
+
+def fast_lines(name: str) -> FastLines | None:
+    """A :class:`FastLines` for ``name`` when INFO of it goes only to the handler
+    :func:`setup` installed; None otherwise (use the logger)."""
+    logger = logging.getLogger(name)
+    root = logging.getLogger()
+    if not logger.isEnabledFor(logging.INFO) or logger.handlers or len(root.handlers) != 1:
+        return None
+    handler = root.handlers[0]
+    if not isinstance(handler, logging.StreamHandler) or not isinstance(
+        handler.formatter, (TextFormatter, JsonFormatter)
+    ):
+        return None
+    return FastLines(name, handler)

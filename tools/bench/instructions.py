@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.start()
         client = Client(HOST, stack.port, prompts, model=SERVED)
         client.timeout = 600.0
-        warm_up(client)
+        warm_up(client, "ours")
         pid = stack.frontend.pid
         # taskset execs valgrind: the pid is valgrind's (the frontend's) own.
         control(pid, "--instr=on")

@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stack.start()
         client = Client(HOST, stack.port, prompts, model=SERVED)
-        warm_up(client)
+        warm_up(client, "ours")
         import uvloop
         step = f"{args.step_time * 1000:g}ms"
         for w in loads:
