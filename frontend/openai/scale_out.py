@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from frontend.errors import ApiError, invalid
+from frontend.errors import invalid
 from frontend.openai import aborts, chat, completions
 from frontend.openai.common import decode_body, request_id_for
 from frontend.openai.fastapi_params import http_error, raw_json
@@ -178,8 +178,8 @@ async def abort_requests(state: AppState, request: web.Request) -> web.Response:
     """vLLM answers at once (the aborts are scheduled) with an empty 200;
     unknown ids are ignored."""
     value = raw_json(await request.read(), "JSON decode error: {}")
-    if not isinstance(value, dict):  # (vLLM: an AttributeError, its 500)
-        raise ApiError("Internal server error", 500, "InternalServerError")
+    if not isinstance(value, dict):  # (vLLM: an AttributeError, its 500; bad input is a 400)
+        raise http_error("Request body must be a JSON object")
     ids = value.get("request_ids")
     if ids is None:
         raise http_error("Missing 'request_ids' in request body")
