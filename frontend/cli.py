@@ -490,6 +490,7 @@ def prepare(args: argparse.Namespace, *, first: bool = True):
             exclude_tools_when_tool_choice_none=args.exclude_tools_when_tool_choice_none,
             sse_keep_alive_interval=args.sse_keep_alive_interval,
             root_path=(args.root_path or "").rstrip("/"),
+            anthropic_disabled_thinking_effort=args.anthropic_disabled_thinking_effort,
             reasoning_config="reasoning_config" in recorded.engine,
             enable_log_requests=args.enable_log_requests,
             max_log_len=args.max_log_len,

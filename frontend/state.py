@@ -52,6 +52,7 @@ class ServingConfig:
     exclude_tools_when_tool_choice_none: bool = False
     sse_keep_alive_interval: int = 0
     root_path: str = ""  # --root-path, without its trailing slash
+    anthropic_disabled_thinking_effort: str = "auto"
     reasoning_config: bool = False  # --reasoning-config given (a thinking budget is allowed)
     # The request log, the access log, error tracebacks (vLLM's logging flags).
     enable_log_requests: bool = False

@@ -31,24 +31,71 @@ BIN_DIR = Path(sys.executable).parent
 # vLLM's flags the frontend acts on (its own argument of the same dest).
 FRONTEND_FLAGS = {
     # vLLM API-server flags
-    "allow_credentials", "allowed_headers", "allowed_methods", "allowed_origins", "api_key",
-    "api_server_count", "chat_template", "enable_auto_tool_choice",
-    "enable_force_include_usage", "enable_request_id_headers", "host", "lora_modules", "port",
-    "ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_ciphers", "ssl_keyfile",
-    "tool_call_parser", "uds", "enable_server_load_tracking", "enable_tokenizer_info_endpoint",
-    "disable_fastapi_docs", "default_chat_template_kwargs", "chat_template_content_format",
-    "trust_request_chat_template", "trust_request_mm_kwargs", "response_role",
-    "return_tokens_as_token_ids", "enable_prompt_tokens_details",
-    "exclude_tools_when_tool_choice_none", "sse_keep_alive_interval", "max_log_len",
-    "enable_log_outputs", "enable_log_deltas", "disable_uvicorn_access_log",
-    "disable_access_log_for_endpoints", "log_error_stack", "enable_log_requests", "root_path",
+    "allow_credentials",
+    "allowed_headers",
+    "allowed_methods",
+    "allowed_origins",
+    "api_key",
+    "api_server_count",
+    "chat_template",
+    "enable_auto_tool_choice",
+    "enable_force_include_usage",
+    "enable_request_id_headers",
+    "host",
+    "lora_modules",
+    "port",
+    "ssl_ca_certs",
+    "ssl_cert_reqs",
+    "ssl_certfile",
+    "ssl_ciphers",
+    "ssl_keyfile",
+    "tool_call_parser",
+    "uds",
+    "enable_server_load_tracking",
+    "enable_tokenizer_info_endpoint",
+    "disable_fastapi_docs",
+    "default_chat_template_kwargs",
+    "chat_template_content_format",
+    "trust_request_chat_template",
+    "trust_request_mm_kwargs",
+    "response_role",
+    "return_tokens_as_token_ids",
+    "enable_prompt_tokens_details",
+    "exclude_tools_when_tool_choice_none",
+    "sse_keep_alive_interval",
+    "max_log_len",
+    "enable_log_outputs",
+    "enable_log_deltas",
+    "disable_uvicorn_access_log",
+    "disable_access_log_for_endpoints",
+    "log_error_stack",
+    "enable_log_requests",
+    "root_path",
+    "anthropic_disabled_thinking_effort",
     # engine-args flags that vLLM's API server reads too
-    "model", "tokenizer", "tokenizer_mode", "trust_remote_code", "revision",
-    "tokenizer_revision", "download_dir", "hf_token", "generation_config",
-    "override_generation_config", "served_model_name", "max_logprobs", "enable_lora",
-    "reasoning_parser", "structured_outputs_config", "data_parallel_size",
-    "data_parallel_address", "data_parallel_rpc_port", "disable_log_stats",
-    "kv_cache_metrics", "custom_histogram_buckets", "otlp_traces_endpoint", "log_level",
+    "model",
+    "tokenizer",
+    "tokenizer_mode",
+    "trust_remote_code",
+    "revision",
+    "tokenizer_revision",
+    "download_dir",
+    "hf_token",
+    "generation_config",
+    "override_generation_config",
+    "served_model_name",
+    "max_logprobs",
+    "enable_lora",
+    "reasoning_parser",
+    "structured_outputs_config",
+    "data_parallel_size",
+    "data_parallel_address",
+    "data_parallel_rpc_port",
+    "disable_log_stats",
+    "kv_cache_metrics",
+    "custom_histogram_buckets",
+    "otlp_traces_endpoint",
+    "log_level",
     "shutdown_timeout",
 }
 # Frontend flags whose parsed value is not vLLM's on purpose: vLLM builds
@@ -84,13 +131,40 @@ def command_lines(tmp) -> list[list[str]]:
     nested.write_text(CONFIG_NESTED)
     return [
         # a deployment's line: positional model, engine and frontend flags mixed
-        ["serve", "org/model", "--tensor-parallel-size", "2", "--gpu-memory-utilization",
-         "0.9", "--max-model-len", "8192", "--enable-prefix-caching", "--kv-cache-dtype",
-         "fp8", "--served-model-name", "m", "--port", "8001", "--api-key", "k"],
+        [
+            "serve",
+            "org/model",
+            "--tensor-parallel-size",
+            "2",
+            "--gpu-memory-utilization",
+            "0.9",
+            "--max-model-len",
+            "8192",
+            "--enable-prefix-caching",
+            "--kv-cache-dtype",
+            "fp8",
+            "--served-model-name",
+            "m",
+            "--port",
+            "8001",
+            "--api-key",
+            "k",
+        ],
         # --model moved to the front; underscores; -O3; dotted JSON; list +
-        ["serve", "--max_num_seqs", "64", "--model", "m", "-O3",
-         "--compilation-config.mode", "3", "--compilation-config.cudagraph_capture_sizes+",
-         "1,2,4", "--hf-overrides.rope_scaling.factor", "2.0"],
+        [
+            "serve",
+            "--max_num_seqs",
+            "64",
+            "--model",
+            "m",
+            "-O3",
+            "--compilation-config.mode",
+            "3",
+            "--compilation-config.cudagraph_capture_sizes+",
+            "1,2,4",
+            "--hf-overrides.rope_scaling.factor",
+            "2.0",
+        ],
         ["serve", "--config", str(flat)],
         ["serve", "positional", "--config", str(flat), "--max-model-len", "4096"],
         ["serve", "m", "--config", str(nested), "-tp", "4"],
@@ -103,9 +177,14 @@ def vllm_side(tmp_path_factory):
     require_vllm()
     tmp = tmp_path_factory.mktemp("flags")
     lines = command_lines(tmp)
-    proc = subprocess.run([sys.executable, "-m", "tests.support.vllm_flag_probe"],
-                          input=json.dumps(lines), cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.support.vllm_flag_probe"],
+        input=json.dumps(lines),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     data["lines"] = lines
@@ -150,8 +229,7 @@ def test_every_vllm_flag_is_accepted_with_vllms_value(vllm_side):
             expected_where = "frontend" if dest in FRONTEND_FLAGS else ("engine", "server")
             if where not in expected_where:
                 failures.append(f"{sample['argv']}: {where} flag, expected {expected_where}")
-            elif (sample["plain"] and dest not in OWN_REPRESENTATION
-                  and value != sample["value"]):
+            elif sample["plain"] and dest not in OWN_REPRESENTATION and value != sample["value"]:
                 failures.append(f"{sample['argv']}: {value!r}, vLLM: {sample['value']!r}")
             checked += 1
     assert not failures, "\n".join(failures)
@@ -171,8 +249,11 @@ def test_command_lines_parse_as_vllm_parses_them(vllm_side):
         args = ours(argv)
         values = theirs["values"]
         assert args.model == (values["model_tag"] or values.get("model")), argv
-        given = {dest: v for dest, v in values.items()
-                 if dest not in ("model", "model_tag", "subparser", "dispatch_function")}
+        given = {
+            dest: v
+            for dest, v in values.items()
+            if dest not in ("model", "model_tag", "subparser", "dispatch_function")
+        }
         assert given, argv
         for dest, value in given.items():
             if value is not None and dest not in OWN_REPRESENTATION:
@@ -180,17 +261,39 @@ def test_command_lines_parse_as_vllm_parses_them(vllm_side):
 
 
 def test_engine_flags_are_recorded_and_listed(tmp_path):
-    args = ours(["serve", "m", "--gpu-memory-utilization", "0.9", "--kv-cache-dtype", "fp8",
-                 "--enable-prefix-caching", "--block-size", "32", "--enforce-eager"])
+    args = ours(
+        [
+            "serve",
+            "m",
+            "--gpu-memory-utilization",
+            "0.9",
+            "--kv-cache-dtype",
+            "fp8",
+            "--enable-prefix-caching",
+            "--block-size",
+            "32",
+            "--enforce-eager",
+        ]
+    )
     rec = vllm_flags.recorded(args)
-    assert rec.engine == {"gpu_memory_utilization": 0.9, "kv_cache_dtype": "fp8",
-                          "enable_prefix_caching": True, "block_size": 32,
-                          "enforce_eager": True}
-    assert rec.cache_config() == {"gpu_memory_utilization": 0.9, "cache_dtype": "fp8",
-                                  "enable_prefix_caching": True, "block_size": 32}
-    assert rec.describe(rec.engine) == ("--gpu-memory-utilization 0.9 --kv-cache-dtype fp8 "
-                                        "--enable-prefix-caching --block-size 32 "
-                                        "--enforce-eager")
+    assert rec.engine == {
+        "gpu_memory_utilization": 0.9,
+        "kv_cache_dtype": "fp8",
+        "enable_prefix_caching": True,
+        "block_size": 32,
+        "enforce_eager": True,
+    }
+    assert rec.cache_config() == {
+        "gpu_memory_utilization": 0.9,
+        "cache_dtype": "fp8",
+        "enable_prefix_caching": True,
+        "block_size": 32,
+    }
+    assert rec.describe(rec.engine) == (
+        "--gpu-memory-utilization 0.9 --kv-cache-dtype fp8 "
+        "--enable-prefix-caching --block-size 32 "
+        "--enforce-eager"
+    )
 
 
 def vllm_cache_config_fields() -> dict[str, str]:
@@ -202,20 +305,35 @@ def vllm_cache_config_fields() -> dict[str, str]:
     import importlib.util
 
     source = Path(importlib.util.find_spec("vllm").origin).parent / "engine/arg_utils.py"
-    function = next(node for node in ast.walk(ast.parse(source.read_text()))
-                    if isinstance(node, ast.FunctionDef) and node.name == "create_engine_config")
-    assigned = {target.id: node.value for node in ast.walk(function)
-                if isinstance(node, ast.Assign) for target in node.targets
-                if isinstance(target, ast.Name)}
+    function = next(
+        node
+        for node in ast.walk(ast.parse(source.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name == "create_engine_config"
+    )
+    assigned = {
+        target.id: node.value
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
 
     def flags_in(expr: ast.expr) -> list[str]:
         if isinstance(expr, ast.Name) and expr.id in assigned:
             expr = assigned[expr.id]
-        return [n.attr for n in ast.walk(expr) if isinstance(n, ast.Attribute)
-                and isinstance(n.value, ast.Name) and n.value.id == "self"]
+        return [
+            n.attr
+            for n in ast.walk(expr)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+        ]
 
-    call = next(node for node in ast.walk(function) if isinstance(node, ast.Call)
-                and getattr(node.func, "id", None) == "CacheConfig")
+    call = next(
+        node
+        for node in ast.walk(function)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "CacheConfig"
+    )
     fields = {}
     for keyword in call.keywords:
         dests = flags_in(keyword.value)
@@ -235,8 +353,12 @@ def test_cache_flags_are_the_flags_vllm_makes_its_cache_config_of():
 
 
 def test_bad_values_exit_2_as_in_vllm(capsys):
-    for argv in (["--max-model-len", "lots"], ["--dtype", "float8"],
-                 ["--gpu-memory-utilization", "x"], ["--no-such-flag"]):
+    for argv in (
+        ["--max-model-len", "lots"],
+        ["--dtype", "float8"],
+        ["--gpu-memory-utilization", "x"],
+        ["--no-such-flag"],
+    ):
         with pytest.raises(SystemExit) as e:
             ours(["serve", "m", *argv])
         assert e.value.code == 2, argv
@@ -244,8 +366,12 @@ def test_bad_values_exit_2_as_in_vllm(capsys):
 
 def test_engine_address_defaults_to_where_a_headless_vllm_connects():
     assert ours(["m"]).engine_addr == "tcp://127.0.0.1:29550"
-    assert ours(["m", "--data-parallel-address", "10.0.0.5", "--data-parallel-rpc-port",
-                 "29600"]).engine_addr == "tcp://10.0.0.5:29600"
+    assert (
+        ours(
+            ["m", "--data-parallel-address", "10.0.0.5", "--data-parallel-rpc-port", "29600"]
+        ).engine_addr
+        == "tcp://10.0.0.5:29600"
+    )
     assert ours(["m", "--master-addr", "10.0.0.6"]).engine_addr == "tcp://10.0.0.6:29550"
     assert ours(["m", "--engine-addr", "tcp://h:1"]).engine_addr == "tcp://h:1"
     # the old form keeps working, and vLLM's default model
@@ -261,18 +387,32 @@ def test_default_host_is_all_interfaces_with_a_warning(tiny_model_dir):
 
     def start(*extra: str) -> str:
         proc = subprocess.run(
-            [str(BIN_DIR / "frontend"), "serve", str(tiny_model_dir), "--engine-addr",
-             f"tcp://127.0.0.1:{free_port()}", "--engine-ready-timeout", "0.5",
-             "--engine-state-file", "", "--gpu-memory-utilization", "0.8", *extra],
-            cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-            env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"})
+            [
+                str(BIN_DIR / "frontend"),
+                "serve",
+                str(tiny_model_dir),
+                "--engine-addr",
+                f"tcp://127.0.0.1:{free_port()}",
+                "--engine-ready-timeout",
+                "0.5",
+                "--engine-state-file",
+                "",
+                "--gpu-memory-utilization",
+                "0.8",
+                *extra,
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"},
+        )
         assert proc.returncode == 1, proc.stderr  # no engine came
         return proc.stderr
 
     warning = "listening on 0.0.0.0:8000 (all interfaces) without --api-key"
     log = start()
     assert warning in log
-    assert log.count("engine flags: not used by the frontend: "
-                     "--gpu-memory-utilization 0.8") == 1
+    assert log.count("engine flags: not used by the frontend: --gpu-memory-utilization 0.8") == 1
     assert warning not in start("--api-key", "k")
     assert "without --api-key" not in start("--host", "127.0.0.1")

@@ -84,6 +84,9 @@ class Probes:
         """vLLM's "auto" ``--anthropic-disabled-thinking-effort``: "none",
         unless the template fails with it or renders it as one of the real
         efforts (it ignores "none"), then "low"."""
+        given = self.state.config.anthropic_disabled_thinking_effort
+        if given != "auto":  # --anthropic-disabled-thinking-effort
+            return given
         if self._disabled_effort is None:
             none = await self._render_probe("none")
             effort = "none"

@@ -72,6 +72,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help='with tool_choice "none", leave the tools out of the prompt',
     )
     g.add_argument(
+        "--anthropic-disabled-thinking-effort",
+        choices=("auto", "none", "low", "medium", "high", "xhigh", "max"),
+        default="auto",
+        help="the reasoning_effort an Anthropic thinking.type=disabled request renders with "
+        '(auto: "none", or "low" for a template that ignores "none")',
+    )
+    g.add_argument(
         "--root-path",
         default=None,
         help="the path prefix a proxy serves this under (e.g. /api): every route answers "
