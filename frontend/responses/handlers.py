@@ -43,11 +43,9 @@ NO_STORE = (
     "background mode. To enable these features, set the environment variable "
     "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server."
 )
-HARMONY = (
-    "The Responses API is not supported for gpt-oss (Harmony) models by this frontend: "
-    "Harmony's rendering needs its vocabulary file, which this frontend does not fetch. "
-    "Serve gpt-oss with vLLM's own API server."
-)
+# (as the Messages API's refusal: vLLM renders gpt-oss through Harmony, whose
+# vocabulary file this server cannot fetch)
+HARMONY = "The Responses API is not supported for gpt-oss (Harmony) models by this server"
 CANCELLABLE = ("queued", "in_progress")
 
 
@@ -78,7 +76,7 @@ class ResponsesApi:
                 model_type = None
             self._harmony = model_type == "gpt_oss"
         if self._harmony:
-            raise ApiError(HARMONY, 400, "invalid_request_error", "model")
+            raise ApiError(HARMONY, 400, "invalid_request_error")
 
     # ------------------------------------------------------------ POST /v1/responses
     async def create(self, request: web.Request) -> web.StreamResponse:

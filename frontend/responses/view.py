@@ -97,6 +97,15 @@ class ResponsesView:
             (kv, ec),
             self._raw_messages(),
         )
+        logger = self.state.request_log  # --enable-log-outputs: the raw text, as vLLM
+        if logger is not None and logger.log_outputs:
+            choice = self.group.choices[0]
+            logger.outputs(
+                self.echo.response_id,
+                choice.text,
+                choice.finish_reason,
+                streaming=self.group.stream,
+            )
         if self.finished is not None:
             self.finished(response)
         return response
