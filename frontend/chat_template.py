@@ -591,11 +591,9 @@ def build(model: ModelInfo) -> ChatTemplate | None:
 
 def special_tokens_of(model: ModelInfo) -> dict[str, str]:
     """The special tokens a template sees (bos_token ...)."""
-    fallback = {}
-    path = pathlib.Path(model.path) / "special_tokens_map.json"
-    if path.exists():
-        try:
-            fallback = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            fallback = {}
+    try:
+        text = (pathlib.Path(model.path) / "special_tokens_map.json").read_text(encoding="utf-8")
+        fallback = json.loads(text)
+    except (OSError, ValueError):  # (none, or unreadable)
+        fallback = {}
     return special_tokens_map(model.tokenizer_config, fallback)
