@@ -20,8 +20,9 @@ from tests.support.vllm_frontend import FRONTEND_FLAGS
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
 
-# Longer than two of the CPU engine's KV blocks, so that a repeat hits the prefix cache.
-LONG = [{"role": "user", "content": "tell me about the river and the sea " * 40}]
+# Longer than two of the CPU engine's KV blocks, so that a repeat hits the prefix cache;
+# a text no other module sends (both engines are shared), so "first" is a miss on both.
+LONG = [{"role": "user", "content": "write to me about the hills and the sky " * 36}]
 TOOLS = [{"name": "get_weather", "input_schema": {"properties": {"city": {"type": "string"}}}}]
 
 

@@ -140,7 +140,7 @@ def test_a_deployments_vllm_serve_line_serves_as_vllm(vllm_frontend, real_stack,
             "--dtype float32 --gpu-memory-utilization 0.90 --enable-prefix-caching "
             "--max-num-seqs 64 --max-num-batched-tokens 8192 --kv-cache-dtype auto "
             "--enable-chunked-prefill --trust-remote-code --uvicorn-log-level warning "
-            "--disable-uvicorn-access-log --max-log-len 100 --enable-prompt-tokens-details "
+            "--disable-uvicorn-access-log --max-log-len 100 "
             f"--data-parallel-address {HOST} --data-parallel-rpc-port {port}")
     runtime = tmp_path / "run"
     runtime.mkdir()

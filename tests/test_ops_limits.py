@@ -110,8 +110,10 @@ def test_every_generation_route_is_admission_controlled(tiny_model_dir):
     state.config = dataclasses.replace(state.config, runtime_lora_updating=True,
                                        enable_debug_endpoints=True)
     routes = openai_routes(state)
+    # (render answers with the engine request it would send; abort ends engine work)
     not_generation = {"/tokenize", "/detokenize", "/v1/load_lora_adapter",
-                      "/v1/unload_lora_adapter"}
+                      "/v1/unload_lora_adapter", "/v1/chat/completions/render",
+                      "/v1/completions/render", "/inference/v1/abort_requests"}
     for route in routes:
         if route.method == "POST" and route.path not in not_generation:
             assert route.count_choices is not None, route.path

@@ -22,7 +22,8 @@ from tests.support.vllm_frontend import FRONTEND_FLAGS
 pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
 
 HI = [{"role": "user", "content": "Hi there"}]
-# Longer than two of the CPU engine's KV blocks, so that a repeat hits the prefix cache.
+# Longer than two of the CPU engine's KV blocks, so that a repeat hits the prefix cache;
+# a text no other module sends (both engines are shared), so "first" is a miss on both.
 LONG = [{"role": "user", "content": "tell me about the river and the sea " * 40}]
 LONG_TEXT = "the river and the sea " * 60
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

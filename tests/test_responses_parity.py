@@ -321,3 +321,22 @@ def test_parity(s: Shape, vllm_flagged, ours) -> None:
         except AssertionError as e:
             raise AssertionError(f"step {n} ({step.method} {step.path}): {e}") from None
     ours.wait_idle()
+
+
+def test_stream_logprobs_cover_every_token(ours) -> None:
+    """Every generated token's logprobs reach the stream, those of steps that
+    gave no text too (a partial character: the stream-logprobs shape's prompt
+    makes some): joined, the deltas' lists are the answer's list without bytes."""
+    fields = {"include": LOGPROBS, "top_logprobs": 2, "reasoning": {"effort": "none"}}
+    whole = run(ours.url, Step("POST", PATH, body(**fields))).json()
+    streamed = run(ours.url, Step("POST", PATH, body(stream=True, **fields)))
+    joined = [e for name, data in streamed.events if name == "response.output_text.delta"
+              for e in data["logprobs"]]
+    expected = [{"token": e["token"], "logprob": e["logprob"], "top_logprobs": [
+        {"token": t["token"], "logprob": t["logprob"]} for t in e["top_logprobs"]]}
+        for e in whole["output"][0]["content"][0]["logprobs"]]
+    assert len(expected) == whole["usage"]["output_tokens"] == 8
+    assert any(not e["token"] for e in expected)  # (a textless step is there)
+    assert joined == expected
+    ours.wait_idle()
+

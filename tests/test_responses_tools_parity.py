@@ -24,7 +24,7 @@ from harness.engine_harness import spawn_mock
 from harness.frontend import launch_mock_stack
 from harness.ports import free_port
 from harness.waits import Watch
-from tests.support.responses import assert_same, delta_count, send
+from tests.support.responses import assert_same, deltas, send
 from tests.support.vllm_frontend import AGENT_FLAGS
 from tests.support.vllm_parsers import VllmMultiServer
 
@@ -125,13 +125,13 @@ def test_function_calls_match_vllm(vllm_server, ours, tokenizer, case):
         for step_time in STREAM_STEP_TIMES:
             their_control.configure(step_time=step_time)
             theirs = send(their_url, "POST", "/v1/responses", body)
-            if delta_count(theirs) == delta_count(mine):  # vLLM parsed every step on its own
+            if deltas(theirs) == deltas(mine):  # vLLM parsed every step on its own
                 break
         else:
             pytest.fail("vLLM's server merged steps in every stream: nothing to compare with")
     finally:
         their_control.configure(step_time=float(STEP_TIME))
-    assert_same(mine, theirs)
+    assert_same(mine, theirs, unmerged=True)
     completed = mine.events[-1][1]["response"]
     assert completed["output"] == [e[1]["item"] for e in mine.events
                                    if e[0] == "response.output_item.done"]

@@ -85,6 +85,9 @@ class EventMachine:
         self.item_id = ""
         self.text = ""  # the open item's text (reasoning, content or arguments)
         self.logprobs: list[dict[str, Any]] = []
+        # Logprobs of steps that gave no text yet (a partial character, text a
+        # parser holds): they go with the next text delta, as in vLLM's merged steps.
+        self.held: list[dict[str, Any]] = []
         self.call_id = ""
         self.call_name = ""
         self.call_namespace: str | None = None
@@ -99,7 +102,11 @@ class EventMachine:
         for kind, value in split(delta):
             target = self._target(kind, value)
             if target == NONE:
+                if kind == CONTENT:
+                    self.hold(logprobs)
                 continue
+            if target != CONTENT:
+                self.held = []  # (the step's tokens were not the text's)
             first: Any = value[0] if target == TOOL_CALL else None
             if self.state != target or (
                 first is not None and self.call_index is not None and first.index != self.call_index
@@ -108,6 +115,10 @@ class EventMachine:
                 out += self._open(target, first)
             out += self._delta(target, value, logprobs)
         return out
+
+    def hold(self, logprobs: Callable[[], list[dict[str, Any]]]) -> None:
+        """A step with no text: its logprobs wait for the next text delta."""
+        self.held += logprobs()
 
     @staticmethod
     def _target(kind: str, value: Any) -> str:
@@ -189,7 +200,8 @@ class EventMachine:
                 )
             ]
         if target == CONTENT:
-            full = logprobs()
+            full = self.held + logprobs()
+            self.held = []
             self.text += value
             self.logprobs += full
             return [

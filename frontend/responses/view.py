@@ -145,8 +145,11 @@ class ResponsesView:
         machine, out = self.machine, []
         for d in deltas:
             parsed = d.parsed if self.hooks is not None else ParsedDelta(content=d.text)
-            if parsed is not None:
-                out += machine.feed(parsed, functools.partial(self._step_logprobs, d))
+            logprobs = functools.partial(self._step_logprobs, d)
+            if parsed is None:
+                machine.hold(logprobs)
+            else:
+                out += machine.feed(parsed, logprobs)
         return out
 
     def _step_logprobs(self, d: Delta) -> list[dict[str, Any]]:

@@ -10,6 +10,12 @@ it falls behind the engine, so the number of ``...delta`` events is not the
 contract. A run of delta events of one kind for one output item becomes one
 entry (the joined text and logprobs); every other event is kept whole (its
 sequence number aside, which must count 0, 1, 2, ... on each side).
+
+A step that gives no text (a partial character, text a parser holds) has its
+logprobs dropped by vLLM unless it merged that step with a later one; ours
+carries them to the next text delta (the README's difference). So a logprobs
+list of vLLM's may be a subsequence of ours: ours then stands in for it
+(``test_stream_logprobs_cover_every_token`` checks that ours is complete).
 """
 
 from __future__ import annotations
@@ -102,8 +108,32 @@ def fold(events: list[tuple[str, Any]], drop: tuple[str, ...] = ()) -> list[Any]
     return out
 
 
-def delta_count(reply: Reply) -> int:
-    return sum(name.endswith(".delta") for name, _ in reply.events or [])
+def with_textless_logprobs(vllm: Any, mine: Any) -> Any:
+    """vLLM's folded events with each ``logprobs`` list that is a subsequence
+    of ours (vLLM dropped textless steps) replaced by ours."""
+    if isinstance(vllm, dict) and isinstance(mine, dict):
+        out = {}
+        for k, v in vllm.items():
+            if k == "logprobs" and _subsequence(v, mine.get(k)):
+                out[k] = mine[k]
+            else:
+                out[k] = with_textless_logprobs(v, mine.get(k))
+        return out
+    if isinstance(vllm, list) and isinstance(mine, list) and len(vllm) == len(mine):
+        return [with_textless_logprobs(v, m) for v, m in zip(vllm, mine)]
+    return vllm
+
+
+def _subsequence(short: Any, long: Any) -> bool:
+    if not (isinstance(short, list) and isinstance(long, list)) or len(short) >= len(long):
+        return False
+    rest = iter(long)
+    return all(any(entry == other for other in rest) for entry in short)
+
+
+def deltas(reply: Reply) -> list[str]:
+    """The delta events' texts: where a server merged steps, its list differs."""
+    return [data.get("delta") for name, data in reply.events or [] if name.endswith(".delta")]
 
 
 def differences(a: Any, b: Any, path: str = "") -> list[str]:
@@ -118,17 +148,21 @@ def differences(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {json.dumps(a)[:300]} != vLLM's {json.dumps(b)[:300]}"]
 
 
-def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False) -> None:
+def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False,
+                unmerged: bool = False) -> None:
+    """``unmerged``: the caller made sure vLLM parsed every engine step on its own."""
     assert ours.status == theirs.status, (
         f"status {ours.status} != vLLM's {theirs.status}\nours: {ours.body[:3000]!r}\n"
         f"vLLM: {theirs.body[:3000]!r}")
     assert ours.content_type.split(";")[0] == theirs.content_type.split(";")[0]
     if theirs.events is not None:
         assert ours.events is not None
-        # vLLM's server merges engine steps it falls behind on; its grammar
-        # reasoning parser then counts differently (the README's difference).
-        drop = ("reasoning_tokens",) if delta_count(theirs) < delta_count(ours) else ()
+        # vLLM's server merges engine steps it falls behind on, and the grammar
+        # reasoning parser then counts differently (the README's difference);
+        # a merged step without text does not show in the deltas.
+        drop = () if unmerged else ("reasoning_tokens",)
         mine, vllm = fold(ours.events, drop), fold(theirs.events, drop)
+        vllm = with_textless_logprobs(vllm, mine)
         if mine != vllm:
             at = next((i for i, (a, b) in enumerate(zip(mine, vllm)) if a != b),
                       min(len(mine), len(vllm)))
