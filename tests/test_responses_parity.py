@@ -60,6 +60,7 @@ class Step:
     body: Any = None
     content_type: str = "application/json"
     until_done: bool = False  # GET again until the response is no longer queued
+    streamed: bool = False  # the answer was parsed as a stream (a stored background stream)
 
 
 @dataclass
@@ -240,7 +241,7 @@ SHAPES: list[Shape] = [
     ]),
     Shape("seq-background-stream", [
         post(request_id="resp_seq_bgs", background=True, stream=True, max_output_tokens=8),
-        get("resp_seq_bgs", until_done=True),
+        get("resp_seq_bgs", until_done=True, streamed=True),
         Step("GET", f"{PATH}/resp_seq_bgs?stream=true&starting_after=3"),
     ]),
     Shape("seq-not-found", [get("resp_nope"), cancel("resp_nope"),
@@ -317,7 +318,8 @@ def test_parity(s: Shape, vllm_flagged, ours) -> None:
         mine = run(ours.url, step)
         theirs = run(theirs_url, step)
         try:
-            assert_same(mine, theirs, message_differs=s.message_differs is not None)
+            assert_same(mine, theirs, message_differs=s.message_differs is not None,
+                        streamed=step.streamed)
         except AssertionError as e:
             raise AssertionError(f"step {n} ({step.method} {step.path}): {e}") from None
     ours.wait_idle()

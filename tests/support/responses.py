@@ -73,6 +73,9 @@ def parse_events(body: bytes) -> list[tuple[str, Any]]:
     return events
 
 
+REASONING_COUNT = ("reasoning_tokens",)
+
+
 def masked(value: Any, key: str | None = None, drop: tuple[str, ...] = ()) -> Any:
     if isinstance(value, dict):
         return {k: masked(v, k, drop) for k, v in value.items()
@@ -149,8 +152,9 @@ def differences(a: Any, b: Any, path: str = "") -> list[str]:
 
 
 def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False,
-                unmerged: bool = False) -> None:
-    """``unmerged``: the caller made sure vLLM parsed every engine step on its own."""
+                unmerged: bool = False, streamed: bool = False) -> None:
+    """``unmerged``: the caller made sure vLLM parsed every engine step on its own;
+    ``streamed``: a JSON answer parsed as a stream (a stored background stream's)."""
     assert ours.status == theirs.status, (
         f"status {ours.status} != vLLM's {theirs.status}\nours: {ours.body[:3000]!r}\n"
         f"vLLM: {theirs.body[:3000]!r}")
@@ -160,7 +164,7 @@ def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False,
         # vLLM's server merges engine steps it falls behind on, and the grammar
         # reasoning parser then counts differently (the README's difference);
         # a merged step without text does not show in the deltas.
-        drop = () if unmerged else ("reasoning_tokens",)
+        drop = () if unmerged else REASONING_COUNT
         mine, vllm = fold(ours.events, drop), fold(theirs.events, drop)
         vllm = with_textless_logprobs(vllm, mine)
         if mine != vllm:
@@ -181,6 +185,8 @@ def assert_same(ours: Reply, theirs: Reply, *, message_differs: bool = False,
             assert ours_err[key] == theirs_err[key], (
                 f"error.{key}: {ours_err!r} != vLLM's {theirs_err!r}")
         return
-    assert masked(our_json) == masked(their_json), (
-        f"{differences(masked(our_json), masked(their_json))[:8]}\nours: {json.dumps(masked(our_json))[:6000]}\n"
-        f"vLLM: {json.dumps(masked(their_json))[:6000]}")
+    drop = REASONING_COUNT if streamed and not unmerged else ()
+    our_json, their_json = masked(our_json, None, drop), masked(their_json, None, drop)
+    assert our_json == their_json, (
+        f"{differences(our_json, their_json)[:8]}\nours: {json.dumps(our_json)[:6000]}\n"
+        f"vLLM: {json.dumps(their_json)[:6000]}")
