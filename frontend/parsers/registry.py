@@ -17,9 +17,12 @@ from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tool.base import ToolParser
 
 TOOL_PARSERS: dict[str, tuple[str, str]] = {
+    "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
+    "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
     "hermes": ("hermes", "HermesToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),
+    "longcat": ("longcat", "LongcatFlashToolParser"),
     "mistral": ("mistral", "MistralToolParser"),
     "pythonic": ("pythonic", "PythonicToolParser"),
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),

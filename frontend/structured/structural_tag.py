@@ -328,7 +328,14 @@ def _separated(tags: list[dict], stop_after_first: bool) -> dict:
 
 
 def _hermes(tools: list[dict], choice: str) -> dict:
-    start, end = "<tool_call>", "</tool_call>"
+    return _hermes_style(tools, choice, "<tool_call>", "</tool_call>")
+
+
+def _longcat(tools: list[dict], choice: str) -> dict:
+    return _hermes_style(tools, choice, "<longcat_tool_call>", "</longcat_tool_call>")
+
+
+def _hermes_style(tools: list[dict], choice: str, start: str, end: str) -> dict:
     tags = [
         _tag(begin + tool["function"]["name"] + '", "arguments": ', _schema(tool, "json"), close)
         for tool in tools
@@ -379,8 +386,73 @@ def _qwen3_coder(tools: list[dict], choice: str) -> dict:
     )
 
 
+_DS_CALLS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+_DS_CALL = ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
+_DS_SEP = "<｜tool▁sep｜>"
+
+
+def _deepseek(tools: list[dict], choice: str, begin: str, end: str, separator: str) -> dict:
+    """deepseek_r1 and deepseek_v3_1 (xgrammar's builtins): the calls inside
+    the calls markers; ``begin`` has ``{name}``."""
+    tags = [
+        _tag(
+            _DS_CALL[0] + begin.format(name=tool["function"]["name"]),
+            _schema(tool, "json"),
+            end + _DS_CALL[1],
+        )
+        for tool in tools
+    ]
+    if choice == "forced":
+        tag = tags[0]
+        return _tag(_DS_CALLS[0] + tag["begin"], tag["content"], tag["end"] + _DS_CALLS[1])
+    calls = _tag(
+        _DS_CALLS[0],
+        {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": separator,
+            "at_least_one": True,
+            "stop_after_first": False,
+        },
+        _DS_CALLS[1],
+    )
+    if choice == "required":
+        return calls
+    return _triggered([_DS_CALLS[0]], [calls], False, list(THINK_TOKENS))
+
+
+def _deepseek_r1(tools: list[dict], choice: str) -> dict:
+    return _deepseek(tools, choice, "function" + _DS_SEP + "{name}\n```json\n", "\n```", "\n")
+
+
+def _deepseek_v3_1(tools: list[dict], choice: str) -> dict:
+    return _deepseek(tools, choice, "{name}" + _DS_SEP, "", "")
+
+
 # A tool parser's ``structural_tag_model`` -> the builder of its tags.
-BUILDERS = {"hermes": _hermes, "llama": _llama, "qwen_3_coder": _qwen3_coder}
+BUILDERS = {
+    "deepseek_r1": _deepseek_r1,
+    "deepseek_v3_1": _deepseek_v3_1,
+    "hermes": _hermes,
+    "llama": _llama,
+    "longcat": _longcat,
+    "qwen_3_coder": _qwen3_coder,
+}
+
+# Formats that repeat tool calls: parallel_tool_calls=false stops each after
+# its first call (vLLM's limit_to_single_tool_call, at any depth).
+_CALL_LISTS = ("triggered_tags", "token_triggered_tags", "tags_with_separator")
+
+
+def _single_call(node: Any) -> None:
+    if isinstance(node, dict):
+        if node.get("type") in _CALL_LISTS:
+            node["stop_after_first"] = True
+        for value in node.values():
+            _single_call(value)
+    elif isinstance(node, list):
+        for item in node:
+            _single_call(item)
 
 
 def structural_tag(
@@ -397,8 +469,8 @@ def structural_tag(
     else:
         choice = "required" if tool_choice == "required" else "auto"
     tag = BUILDERS[model](tools, choice)
-    if parallel_tool_calls is False and tag["type"] in ("triggered_tags", "tags_with_separator"):
-        tag["stop_after_first"] = True
+    if parallel_tool_calls is False:
+        _single_call(tag)
     return {"type": "structural_tag", "format": tag}
 
 

@@ -1,0 +1,102 @@
+"""Cases of the tool parsers whose markers the tiny model lacks (run with the
+tokenizer of tests/support/marker_model.py): ``MORE_CASES[parser]``, compared
+with vLLM's parser as ``CASES`` in tests/test_tool_parsers.py are."""
+
+from __future__ import annotations
+
+from tests.support.parser_diff import Case
+
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+# DeepSeek markers.
+CB, CE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+B, E, S = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+
+
+def v3(name: str, args: str, kind: str = "function") -> str:
+    return f"{B}{kind}{S}{name}\n```json\n{args}\n```{E}"
+
+
+def v31(name: str, args: str) -> str:
+    return f"{B}{name}{S}{args}{E}"
+
+
+WA = '{"city": "Paris", "days": 3}'
+SA = '{"query": "café ☕", "tags": ["a"]}'
+ML = '{\n  "city": "Rome"\n}'
+DA = '{"days": 3}'
+UA = '{"query": "日本語 👍🏽 naïve"}'
+BAD = '{"query": }'
+QA = '{"query": "rain"}'
+
+DEEPSEEK_V3 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{CB}{v3('get_weather', WA)}{CE}"),
+    Case("text-before", f"Let me check.{CB}{v3('get_weather', WA)}{CE}"),
+    Case("two-calls", f"{CB}{v3('get_weather', WA)}\n{v3('search', SA)}{CE}"),
+    Case("two-calls-no-sep", f"{CB}{v3('get_weather', WA)}{v3('search', SA)}{CE}"),
+    Case("text-after", f"{CB}{v3('get_weather', WA)}{CE} and more"),
+    Case("truncated", f"{CB}{B}function{S}get_weather\n```json\n" + '{"city": "Pa'),
+    Case("truncated-name", f"{CB}{B}function{S}get_wea"),
+    Case("no-calls-end", f"{CB}{v3('get_weather', WA)}"),
+    Case("multiline-args", f"{CB}{v3('get_weather', ML)}{CE}"),
+    Case("other-type", f"{CB}{v3('get_weather', WA, 'tool')}{CE}"),
+    Case("non-string-end", f"{CB}{v3('get_weather', DA)}{CE}"),
+    Case("empty-args", f"{CB}{v3('search', '{}')}{CE}"),
+    Case("string-end", f"{CB}{v3('search', QA)}{CE}"),
+    Case("string-end-two", f"{CB}{v3('search', QA)}\n{v3('get_weather', QA)}{CE}ok"),
+    Case("no-fence", f"{CB}{B}function{S}search{DA}{E}{CE}"),
+    Case("calls-begin-only", f"Hi {CB}"),
+    Case("unicode", f"{CB}{v3('search', UA)}{CE}"),
+    Case("think-text", f"<think>hmm</think>{CB}{v3('search', SA)}{CE}"),
+    Case("required", f"{CB}{v3('get_weather', WA)}{CE}", tool_choice="required"),
+    Case("named", f"{CB}{v3('get_weather', WA)}{CE}", tool_choice=NAMED),
+    Case("choice-none", f"{CB}{v3('get_weather', WA)}{CE}", tool_choice="none"),
+    Case("no-tools", f"{CB}{v3('get_weather', WA)}{CE}", tools=None),
+    Case("no-eos", f"ok{CB}{v3('get_weather', WA)}{CE}", eos=False),
+]
+
+DEEPSEEK_V31 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{CB}{v31('get_weather', WA)}{CE}"),
+    Case("text-before", f"Let me check.{CB}{v31('get_weather', WA)}{CE}"),
+    Case("two-calls", f"{CB}{v31('get_weather', WA)}{v31('search', SA)}{CE}"),
+    Case("two-calls-newline", f"{CB}{v31('get_weather', WA)}\n{v31('search', SA)}{CE}"),
+    Case("text-after", f"{CB}{v31('get_weather', WA)}{CE} done"),
+    Case("truncated", f"{CB}{B}get_weather{S}" + '{"city": "Pa'),
+    Case("truncated-name", f"{CB}{B}get_wea"),
+    Case("no-calls-end", f"{CB}{v31('search', SA)}"),
+    Case("multiline-args", f"{CB}{v31('get_weather', ML)}{CE}"),
+    Case("non-string-end", f"{CB}{v31('get_weather', DA)}{CE}"),
+    Case("empty-args", f"{CB}{v31('search', '{}')}{CE}"),
+    Case("string-end", f"{CB}{v31('search', QA)}{CE}"),
+    Case("string-end-two", f"{CB}{v31('search', QA)}{v31('get_weather', QA)}{CE}ok"),
+    Case("malformed", f"{CB}{v31('search', BAD)}{CE}"),
+    Case("unicode", f"{CB}{v31('search', UA)}{CE}"),
+    Case("required", f"{CB}{v31('search', SA)}{CE}", tool_choice="required"),
+    Case("named", f"{CB}{v31('get_weather', WA)}{CE}", tool_choice=NAMED),
+    Case("choice-none", f"{CB}{v31('search', SA)}{CE}", tool_choice="none"),
+]
+
+LT, LE = "<longcat_tool_call>", "</longcat_tool_call>"
+W = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+
+LONGCAT = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{LT}\n{W}\n{LE}"),
+    Case("text-before", f"Let me check.\n{LT}\n{W}\n{LE}"),
+    Case("two-calls", f"{LT}\n{W}\n{LE}\n{LT}\n"
+                      '{"name": "search", "arguments": {"query": "x", "tags": ["a"]}}'
+                      f"\n{LE}"),
+    Case("truncated", f'{LT}\n{{"name": "get_weather", "arguments": {{"city": "Pa'),
+    Case("malformed", f'{LT}\n{{"name": "get_weather", "arguments": {{"city": }}\n{LE}'),
+    Case("hermes-tags", f"<tool_call>\n{W}\n</tool_call>"),
+    Case("partial-tag", "Checking <longcat_"),
+    Case("required", f"{LT}\n{W}\n{LE}", tool_choice="required"),
+]
+
+MORE_CASES: dict[str, list[Case]] = {
+    "deepseek_v3": DEEPSEEK_V3,
+    "deepseek_v31": DEEPSEEK_V31,
+    "longcat": LONGCAT,
+}
