@@ -20,6 +20,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
     "hermes": ("hermes", "HermesToolParser"),
+    "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),
     "longcat": ("longcat", "LongcatFlashToolParser"),

@@ -429,11 +429,53 @@ def _deepseek_v3_1(tools: list[dict], choice: str) -> dict:
     return _deepseek(tools, choice, "{name}" + _DS_SEP, "", "")
 
 
+_KIMI_SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
+_KIMI_CALL = "<|tool_call_begin|>"
+
+
+def _kimi(tools: list[dict], choice: str) -> dict:
+    """xgrammar's kimi: ``functions.NAME:N`` headers in the calls section."""
+    tags = [
+        _tag(
+            _KIMI_CALL + "functions." + tool["function"]["name"] + ":",
+            {
+                "type": "sequence",
+                "elements": [
+                    {"type": "regex", "pattern": "\\d+"},
+                    {"type": "const_string", "value": "<|tool_call_argument_begin|>"},
+                    _schema(tool, "json"),
+                ],
+            },
+            "<|tool_call_end|>",
+        )
+        for tool in tools
+    ]
+    calls: dict = {
+        "type": "tags_with_separator",
+        "tags": tags,
+        "separator": "",
+        "at_least_one": True,
+        "stop_after_first": False,
+    }
+    if choice == "auto":
+        section = _tag(_KIMI_SECTION[0], calls, _KIMI_SECTION[1])
+        return _triggered([_KIMI_SECTION[0]], [section], False, [*THINK_TOKENS, _KIMI_CALL])
+    return {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": _KIMI_SECTION[0]},
+            tags[0] if choice == "forced" else calls,
+            {"type": "const_string", "value": _KIMI_SECTION[1]},
+        ],
+    }
+
+
 # A tool parser's ``structural_tag_model`` -> the builder of its tags.
 BUILDERS = {
     "deepseek_r1": _deepseek_r1,
     "deepseek_v3_1": _deepseek_v3_1,
     "hermes": _hermes,
+    "kimi": _kimi,
     "llama": _llama,
     "longcat": _longcat,
     "qwen_3_coder": _qwen3_coder,

@@ -23,6 +23,12 @@ MARKERS: list[tuple[str, bool]] = [
     ("<｜tool▁call▁begin｜>", False),
     ("<｜tool▁call▁end｜>", False),
     ("<｜tool▁sep｜>", False),
+    # Kimi K2 (special tokens).
+    ("<|tool_calls_section_begin|>", True),
+    ("<|tool_calls_section_end|>", True),
+    ("<|tool_call_begin|>", True),
+    ("<|tool_call_end|>", True),
+    ("<|tool_call_argument_begin|>", True),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

@@ -95,8 +95,46 @@ LONGCAT = [
     Case("required", f"{LT}\n{W}\n{LE}", tool_choice="required"),
 ]
 
+KS, KE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+
+
+def kimi(name: str, args: str, n: int = 0) -> str:
+    return f"<|tool_call_begin|>functions.{name}:{n}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
+
+
+KIMI_K2 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{KS}{kimi('get_weather', WA)}{KE}"),
+    Case("text-before", f"Let me check. {KS}{kimi('get_weather', WA)}{KE}"),
+    Case("ws-before", f"\n\n{KS}{kimi('get_weather', WA)}{KE}"),
+    Case("two-calls", f"{KS}{kimi('get_weather', WA)}{kimi('search', SA, 1)}{KE}"),
+    Case("newlines", f"{KS}\n{kimi('get_weather', WA)}\n{kimi('search', SA, 1)}\n{KE}"),
+    Case("text-after", f"{KS}{kimi('get_weather', WA)}{KE} trailing text"),
+    Case("truncated", f"{KS}<|tool_call_begin|>functions.get_weather:0"
+                      '<|tool_call_argument_begin|>{"city": "Pa'),
+    Case("truncated-header", f"{KS}<|tool_call_begin|>functions.get_wea"),
+    Case("no-index", f"{KS}<|tool_call_begin|>get_weather<|tool_call_argument_begin|>{WA}"
+                     f"<|tool_call_end|>{KE}"),
+    Case("no-prefix", f"{KS}<|tool_call_begin|>search:3<|tool_call_argument_begin|>{SA}"
+                      f"<|tool_call_end|>{KE}"),
+    Case("section-end-in-args", f"{KS}<|tool_call_begin|>functions.search:0"
+                                f"<|tool_call_argument_begin|>{SA}{KE}"),
+    Case("empty-args", f"{KS}{kimi('search', '')}{KE}"),
+    Case("malformed", f"{KS}{kimi('search', BAD)}{KE}"),
+    Case("unicode", f"{KS}{kimi('search', UA)}{KE}"),
+    Case("think-text", f"<think>hmm</think>{KS}{kimi('search', SA)}{KE}"),
+    Case("think-text-no-thinking", f"<think>hmm</think>ok{KS}{kimi('search', SA)}{KE}",
+         chat_template_kwargs={"thinking": False}),
+    Case("required", f"{KS}{kimi('get_weather', WA)}{KE}", tool_choice="required"),
+    Case("named", f"{KS}{kimi('get_weather', WA)}{KE}", tool_choice=NAMED),
+    Case("choice-none", f"ok {KS}{kimi('get_weather', WA)}{KE}", tool_choice="none"),
+    Case("no-tools", f"{KS}{kimi('get_weather', WA)}{KE}", tools=None),
+    Case("skipped-special", f"{KS}{kimi('get_weather', WA)}{KE}", skip_special=True),
+]
+
 MORE_CASES: dict[str, list[Case]] = {
     "deepseek_v3": DEEPSEEK_V3,
     "deepseek_v31": DEEPSEEK_V31,
+    "kimi_k2": KIMI_K2,
     "longcat": LONGCAT,
 }
