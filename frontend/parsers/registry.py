@@ -24,6 +24,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),
     "longcat": ("longcat", "LongcatFlashToolParser"),
+    "minimax_m2": ("minimax_m2", "MinimaxM2ToolParser"),
     "mistral": ("mistral", "MistralToolParser"),
     "pythonic": ("pythonic", "PythonicToolParser"),
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),

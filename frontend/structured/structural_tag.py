@@ -470,6 +470,30 @@ def _kimi(tools: list[dict], choice: str) -> dict:
     }
 
 
+def _minimax(tools: list[dict], choice: str) -> dict:
+    """vLLM's minimax: ``<invoke>`` blocks in one ``<minimax:tool_call>``."""
+    tags = [
+        _tag(
+            '<invoke name="' + tool["function"]["name"] + '">\n',
+            _schema(tool, "minimax_xml"),
+            "</invoke>\n",
+        )
+        for tool in tools
+    ]
+    calls = _separated(tags, stop_after_first=choice == "forced")
+    if choice == "auto":
+        block = _tag("<minimax:tool_call>\n", calls, "</minimax:tool_call>")
+        return _triggered(["<minimax:tool_call>"], [block], False, list(THINK_TOKENS))
+    return {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": "\n<minimax:tool_call>\n"},
+            calls,
+            {"type": "const_string", "value": "</minimax:tool_call>"},
+        ],
+    }
+
+
 # A tool parser's ``structural_tag_model`` -> the builder of its tags.
 BUILDERS = {
     "deepseek_r1": _deepseek_r1,
@@ -478,6 +502,7 @@ BUILDERS = {
     "kimi": _kimi,
     "llama": _llama,
     "longcat": _longcat,
+    "minimax": _minimax,
     "qwen_3_coder": _qwen3_coder,
 }
 

@@ -29,6 +29,9 @@ MARKERS: list[tuple[str, bool]] = [
     ("<|tool_call_begin|>", True),
     ("<|tool_call_end|>", True),
     ("<|tool_call_argument_begin|>", True),
+    # MiniMax-M2.
+    ("<minimax:tool_call>", False),
+    ("</minimax:tool_call>", False),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

@@ -132,9 +132,42 @@ KIMI_K2 = [
     Case("skipped-special", f"{KS}{kimi('get_weather', WA)}{KE}", skip_special=True),
 ]
 
+MS, ME = "<minimax:tool_call>", "</minimax:tool_call>"
+
+
+def invoke(name: str, params: dict[str, str], quote: str = '"') -> str:
+    body = "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in params.items())
+    return f"<invoke name={quote}{name}{quote}>\n{body}</invoke>\n"
+
+
+MW = invoke("get_weather", {"city": "Paris", "days": "3"})
+MINIMAX_M2 = [
+    Case("plain", "</think>The weather is nice today."),
+    Case("one-call", f"</think>{MS}\n{MW}{ME}"),
+    Case("think-first", f"I should check.</think>\n\n{MS}\n{MW}{ME}"),
+    Case("no-think-end", f"{MS}\n{MW}{ME}"),
+    Case("text-before", f"</think>Let me look.\n{MS}\n{MW}{ME}"),
+    Case("two-calls", f"</think>{MS}\n{MW}{invoke('search', {'query': 'a b', 'tags': '[1]'})}{ME}"),
+    Case("typed", f"</think>{MS}\n" + invoke("get_weather", {
+        "city": "Oslo", "metric": "true", "options": '{"detail": 2}'}) + ME),
+    Case("quotes", f"</think>{MS}\n{invoke('search', {'query': 'x'}, quote=chr(39))}"
+                   f"{invoke('get_weather', {'city': 'y'}, quote='')}{ME}"),
+    Case("text-after", f"</think>{MS}\n{MW}{ME}\nDone."),
+    Case("truncated", f'</think>{MS}\n<invoke name="get_weather">\n<parameter name="city">Pa'),
+    Case("unknown-tool", f"</think>{MS}\n{invoke('other', {'n': '5'})}{ME}"),
+    Case("no-param-close", f'</think>{MS}\n<invoke name="search">\n<parameter name="query">a\n'
+                           f'<parameter name="tags">["x"]\n</invoke>\n{ME}'),
+    Case("unicode", f"</think>{MS}\n{invoke('search', {'query': '東京 👍🏽 é'})}{ME}"),
+    Case("required", f"</think>\n{MS}\n{MW}{ME}", tool_choice="required"),
+    Case("named", f"</think>\n{MS}\n{MW}{ME}", tool_choice=NAMED),
+    Case("choice-none", f"</think>ok {MS}\n{MW}{ME}", tool_choice="none"),
+    Case("no-tools", f"</think>{MS}\n{MW}{ME}", tools=None),
+]
+
 MORE_CASES: dict[str, list[Case]] = {
     "deepseek_v3": DEEPSEEK_V3,
     "deepseek_v31": DEEPSEEK_V31,
     "kimi_k2": KIMI_K2,
     "longcat": LONGCAT,
+    "minimax_m2": MINIMAX_M2,
 }
