@@ -14,12 +14,9 @@ Three jobs around one format, each as vLLM 0.32 does it:
   a structural tag model vLLM does not force "required"/named tool choice
   with a plain JSON schema but with a tag that allows exactly the parser's
   call syntax (and, for "auto", text with calls triggered by the call
-  prefix). The builders give the same JSON as vLLM
-  (``json.dumps(tag.model_dump())``) for the ``hermes`` (vLLM's own),
-  ``llama`` and ``qwen_3_coder`` (xgrammar builtin) formats; a new format
-  is one builder function and one :data:`BUILDERS` entry. Only the
-  function tools' own ``strict`` pins argument schemas
-  (``--tool-strict-level auto``); others are constrained to any JSON object.
+  prefix). The builders (:mod:`frontend.structured.tool_tags`) give the
+  same JSON as vLLM (``json.dumps(tag.model_dump())``); a new format is one
+  builder function and one ``BUILDERS`` entry there.
 """
 
 from __future__ import annotations
@@ -29,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeGuard
 
 from frontend.structured.rules import grammar_is_likely_lark
+from frontend.structured.tool_tags import BUILDERS, single_call
 
 # accepts(kind, spec): whether a constraint of that kind ("json", "regex",
 # "grammar") is one the grammar library takes.
@@ -281,247 +279,6 @@ def response_format_payload(response_format: dict) -> str | None:
     )
 
 
-# ---------------------------------------------------------------------------- tool calls
-
-THINK_TOKENS = ["<think>", "</think>"]
-
-
-def _schema(tool: dict, style: str) -> dict:
-    function = tool.get("function") or {}
-    strict = function.get("strict") is True
-    params = function.get("parameters")
-    return {
-        "type": "json_schema",
-        "json_schema": params if strict and params is not None else True,
-        "style": style,
-        "any_order": False,
-        "max_whitespace_cnt": None,
-        "excludes": [],
-    }
-
-
-def _tag(begin: str, content: dict, end: str) -> dict:
-    return {"type": "tag", "begin": begin, "content": content, "end": end}
-
-
-def _triggered(
-    triggers: list[str], tags: list[dict], at_least_one: bool, excludes: list[str]
-) -> dict:
-    return {
-        "type": "triggered_tags",
-        "triggers": triggers,
-        "tags": tags,
-        "at_least_one": at_least_one,
-        "stop_after_first": False,
-        "excludes": excludes,
-    }
-
-
-def _separated(tags: list[dict], stop_after_first: bool) -> dict:
-    return {
-        "type": "tags_with_separator",
-        "tags": tags,
-        "separator": "",
-        "at_least_one": True,
-        "stop_after_first": stop_after_first,
-    }
-
-
-def _hermes(tools: list[dict], choice: str) -> dict:
-    return _hermes_style(tools, choice, "<tool_call>", "</tool_call>")
-
-
-def _longcat(tools: list[dict], choice: str) -> dict:
-    return _hermes_style(tools, choice, "<longcat_tool_call>", "</longcat_tool_call>")
-
-
-def _hermes_style(tools: list[dict], choice: str, start: str, end: str) -> dict:
-    tags = [
-        _tag(begin + tool["function"]["name"] + '", "arguments": ', _schema(tool, "json"), close)
-        for tool in tools
-        for begin, close in (
-            (start + '\n{"name": "', "}\n" + end),
-            (start + '{"name": "', "}" + end),
-        )
-    ]
-    if choice == "auto":
-        return _triggered([start], tags, False, [])
-    return _separated(tags, stop_after_first=choice == "forced")
-
-
-def _prefixed(
-    tools: list[dict], choice: str, *, prefix: str, suffix: str, end: str, trigger: str, style: str
-) -> dict:
-    """llama and qwen_3_coder: one tag per tool, triggered by the call prefix."""
-    tags = [
-        _tag(prefix + tool["function"]["name"] + suffix, _schema(tool, style), end)
-        for tool in tools
-    ]
-    if choice == "forced":
-        return tags[0]
-    return _triggered([trigger], tags, choice == "required", list(THINK_TOKENS))
-
-
-def _llama(tools: list[dict], choice: str) -> dict:
-    return _prefixed(
-        tools,
-        choice,
-        prefix='{"name": "',
-        suffix='", "parameters": ',
-        end="}",
-        trigger='{"name": ',
-        style="json",
-    )
-
-
-def _qwen3_coder(tools: list[dict], choice: str) -> dict:
-    return _prefixed(
-        tools,
-        choice,
-        prefix="<tool_call>\n<function=",
-        suffix=">\n",
-        end="\n</function>\n</tool_call>",
-        trigger="<tool_call>\n<function=",
-        style="qwen_xml",
-    )
-
-
-_DS_CALLS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
-_DS_CALL = ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
-_DS_SEP = "<｜tool▁sep｜>"
-
-
-def _deepseek(tools: list[dict], choice: str, begin: str, end: str, separator: str) -> dict:
-    """deepseek_r1 and deepseek_v3_1 (xgrammar's builtins): the calls inside
-    the calls markers; ``begin`` has ``{name}``."""
-    tags = [
-        _tag(
-            _DS_CALL[0] + begin.format(name=tool["function"]["name"]),
-            _schema(tool, "json"),
-            end + _DS_CALL[1],
-        )
-        for tool in tools
-    ]
-    if choice == "forced":
-        tag = tags[0]
-        return _tag(_DS_CALLS[0] + tag["begin"], tag["content"], tag["end"] + _DS_CALLS[1])
-    calls = _tag(
-        _DS_CALLS[0],
-        {
-            "type": "tags_with_separator",
-            "tags": tags,
-            "separator": separator,
-            "at_least_one": True,
-            "stop_after_first": False,
-        },
-        _DS_CALLS[1],
-    )
-    if choice == "required":
-        return calls
-    return _triggered([_DS_CALLS[0]], [calls], False, list(THINK_TOKENS))
-
-
-def _deepseek_r1(tools: list[dict], choice: str) -> dict:
-    return _deepseek(tools, choice, "function" + _DS_SEP + "{name}\n```json\n", "\n```", "\n")
-
-
-def _deepseek_v3_1(tools: list[dict], choice: str) -> dict:
-    return _deepseek(tools, choice, "{name}" + _DS_SEP, "", "")
-
-
-_KIMI_SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
-_KIMI_CALL = "<|tool_call_begin|>"
-
-
-def _kimi(tools: list[dict], choice: str) -> dict:
-    """xgrammar's kimi: ``functions.NAME:N`` headers in the calls section."""
-    tags = [
-        _tag(
-            _KIMI_CALL + "functions." + tool["function"]["name"] + ":",
-            {
-                "type": "sequence",
-                "elements": [
-                    {"type": "regex", "pattern": "\\d+"},
-                    {"type": "const_string", "value": "<|tool_call_argument_begin|>"},
-                    _schema(tool, "json"),
-                ],
-            },
-            "<|tool_call_end|>",
-        )
-        for tool in tools
-    ]
-    calls: dict = {
-        "type": "tags_with_separator",
-        "tags": tags,
-        "separator": "",
-        "at_least_one": True,
-        "stop_after_first": False,
-    }
-    if choice == "auto":
-        section = _tag(_KIMI_SECTION[0], calls, _KIMI_SECTION[1])
-        return _triggered([_KIMI_SECTION[0]], [section], False, [*THINK_TOKENS, _KIMI_CALL])
-    return {
-        "type": "sequence",
-        "elements": [
-            {"type": "const_string", "value": _KIMI_SECTION[0]},
-            tags[0] if choice == "forced" else calls,
-            {"type": "const_string", "value": _KIMI_SECTION[1]},
-        ],
-    }
-
-
-def _minimax(tools: list[dict], choice: str) -> dict:
-    """vLLM's minimax: ``<invoke>`` blocks in one ``<minimax:tool_call>``."""
-    tags = [
-        _tag(
-            '<invoke name="' + tool["function"]["name"] + '">\n',
-            _schema(tool, "minimax_xml"),
-            "</invoke>\n",
-        )
-        for tool in tools
-    ]
-    calls = _separated(tags, stop_after_first=choice == "forced")
-    if choice == "auto":
-        block = _tag("<minimax:tool_call>\n", calls, "</minimax:tool_call>")
-        return _triggered(["<minimax:tool_call>"], [block], False, list(THINK_TOKENS))
-    return {
-        "type": "sequence",
-        "elements": [
-            {"type": "const_string", "value": "\n<minimax:tool_call>\n"},
-            calls,
-            {"type": "const_string", "value": "</minimax:tool_call>"},
-        ],
-    }
-
-
-# A tool parser's ``structural_tag_model`` -> the builder of its tags.
-BUILDERS = {
-    "deepseek_r1": _deepseek_r1,
-    "deepseek_v3_1": _deepseek_v3_1,
-    "hermes": _hermes,
-    "kimi": _kimi,
-    "llama": _llama,
-    "longcat": _longcat,
-    "minimax": _minimax,
-    "qwen_3_coder": _qwen3_coder,
-}
-
-# Formats that repeat tool calls: parallel_tool_calls=false stops each after
-# its first call (vLLM's limit_to_single_tool_call, at any depth).
-_CALL_LISTS = ("triggered_tags", "token_triggered_tags", "tags_with_separator")
-
-
-def _single_call(node: Any) -> None:
-    if isinstance(node, dict):
-        if node.get("type") in _CALL_LISTS:
-            node["stop_after_first"] = True
-        for value in node.values():
-            _single_call(value)
-    elif isinstance(node, list):
-        for item in node:
-            _single_call(item)
-
-
 def structural_tag(
     model: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool | None = True
 ) -> dict:
@@ -537,7 +294,7 @@ def structural_tag(
         choice = "required" if tool_choice == "required" else "auto"
     tag = BUILDERS[model](tools, choice)
     if parallel_tool_calls is False:
-        _single_call(tag)
+        single_call(tag)
     return {"type": "structural_tag", "format": tag}
 
 

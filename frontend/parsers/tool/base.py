@@ -35,7 +35,7 @@ class ToolParser:
     # parser with a structural tag model.
     supports_required_and_named: ClassVar[bool] = True
     # xgrammar structural tag format that constrains this parser's calls (a
-    # key of frontend.structured.structural_tag.BUILDERS).
+    # key of frontend.structured.tool_tags.BUILDERS).
     structural_tag_model: ClassVar[str | None] = None
     # When adjust_request sets skip_special_tokens=False: "with_tools"
     # (tools given and tool_choice != "none"), "always", or None.

@@ -1,0 +1,254 @@
+"""Tool calls' structural tags: one builder per ``structural_tag_model``.
+
+A tool parser's ``structural_tag_model`` names a key of :data:`BUILDERS`:
+``builder(tools, choice)`` -> the tag's ``format`` as vLLM 0.32 dumps it
+(xgrammar's builtin templates, or those vLLM registers), key order
+included; ``choice`` is "auto", "required" or "forced" (a named tool, the
+only one in ``tools``).  :func:`frontend.structured.structural_tag.structural_tag`
+selects the tools and applies ``parallel_tool_calls``.  Only the function
+tools' own ``strict`` pins argument schemas (``--tool-strict-level auto``);
+others are constrained to any JSON object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+THINK_TOKENS = ["<think>", "</think>"]
+
+
+def _schema(tool: dict, style: str) -> dict:
+    function = tool.get("function") or {}
+    strict = function.get("strict") is True
+    params = function.get("parameters")
+    return {
+        "type": "json_schema",
+        "json_schema": params if strict and params is not None else True,
+        "style": style,
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
+
+
+def _tag(begin: str, content: dict, end: str) -> dict:
+    return {"type": "tag", "begin": begin, "content": content, "end": end}
+
+
+def _triggered(
+    triggers: list[str], tags: list[dict], at_least_one: bool, excludes: list[str]
+) -> dict:
+    return {
+        "type": "triggered_tags",
+        "triggers": triggers,
+        "tags": tags,
+        "at_least_one": at_least_one,
+        "stop_after_first": False,
+        "excludes": excludes,
+    }
+
+
+def _separated(tags: list[dict], stop_after_first: bool) -> dict:
+    return {
+        "type": "tags_with_separator",
+        "tags": tags,
+        "separator": "",
+        "at_least_one": True,
+        "stop_after_first": stop_after_first,
+    }
+
+
+def _hermes(tools: list[dict], choice: str) -> dict:
+    return _hermes_style(tools, choice, "<tool_call>", "</tool_call>")
+
+
+def _longcat(tools: list[dict], choice: str) -> dict:
+    return _hermes_style(tools, choice, "<longcat_tool_call>", "</longcat_tool_call>")
+
+
+def _hermes_style(tools: list[dict], choice: str, start: str, end: str) -> dict:
+    tags = [
+        _tag(begin + tool["function"]["name"] + '", "arguments": ', _schema(tool, "json"), close)
+        for tool in tools
+        for begin, close in (
+            (start + '\n{"name": "', "}\n" + end),
+            (start + '{"name": "', "}" + end),
+        )
+    ]
+    if choice == "auto":
+        return _triggered([start], tags, False, [])
+    return _separated(tags, stop_after_first=choice == "forced")
+
+
+def _prefixed(
+    tools: list[dict], choice: str, *, prefix: str, suffix: str, end: str, trigger: str, style: str
+) -> dict:
+    """llama and qwen_3_coder: one tag per tool, triggered by the call prefix."""
+    tags = [
+        _tag(prefix + tool["function"]["name"] + suffix, _schema(tool, style), end)
+        for tool in tools
+    ]
+    if choice == "forced":
+        return tags[0]
+    return _triggered([trigger], tags, choice == "required", list(THINK_TOKENS))
+
+
+def _llama(tools: list[dict], choice: str) -> dict:
+    return _prefixed(
+        tools,
+        choice,
+        prefix='{"name": "',
+        suffix='", "parameters": ',
+        end="}",
+        trigger='{"name": ',
+        style="json",
+    )
+
+
+def _qwen3_coder(tools: list[dict], choice: str) -> dict:
+    return _prefixed(
+        tools,
+        choice,
+        prefix="<tool_call>\n<function=",
+        suffix=">\n",
+        end="\n</function>\n</tool_call>",
+        trigger="<tool_call>\n<function=",
+        style="qwen_xml",
+    )
+
+
+_DS_CALLS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+_DS_CALL = ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
+_DS_SEP = "<｜tool▁sep｜>"
+
+
+def _deepseek(tools: list[dict], choice: str, begin: str, end: str, separator: str) -> dict:
+    """deepseek_r1 and deepseek_v3_1 (xgrammar's builtins): the calls inside
+    the calls markers; ``begin`` has ``{name}``."""
+    tags = [
+        _tag(
+            _DS_CALL[0] + begin.format(name=tool["function"]["name"]),
+            _schema(tool, "json"),
+            end + _DS_CALL[1],
+        )
+        for tool in tools
+    ]
+    if choice == "forced":
+        tag = tags[0]
+        return _tag(_DS_CALLS[0] + tag["begin"], tag["content"], tag["end"] + _DS_CALLS[1])
+    calls = _tag(
+        _DS_CALLS[0],
+        {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": separator,
+            "at_least_one": True,
+            "stop_after_first": False,
+        },
+        _DS_CALLS[1],
+    )
+    if choice == "required":
+        return calls
+    return _triggered([_DS_CALLS[0]], [calls], False, list(THINK_TOKENS))
+
+
+def _deepseek_r1(tools: list[dict], choice: str) -> dict:
+    return _deepseek(tools, choice, "function" + _DS_SEP + "{name}\n```json\n", "\n```", "\n")
+
+
+def _deepseek_v3_1(tools: list[dict], choice: str) -> dict:
+    return _deepseek(tools, choice, "{name}" + _DS_SEP, "", "")
+
+
+_KIMI_SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
+_KIMI_CALL = "<|tool_call_begin|>"
+
+
+def _kimi(tools: list[dict], choice: str) -> dict:
+    """xgrammar's kimi: ``functions.NAME:N`` headers in the calls section."""
+    tags = [
+        _tag(
+            _KIMI_CALL + "functions." + tool["function"]["name"] + ":",
+            {
+                "type": "sequence",
+                "elements": [
+                    {"type": "regex", "pattern": "\\d+"},
+                    {"type": "const_string", "value": "<|tool_call_argument_begin|>"},
+                    _schema(tool, "json"),
+                ],
+            },
+            "<|tool_call_end|>",
+        )
+        for tool in tools
+    ]
+    calls: dict = {
+        "type": "tags_with_separator",
+        "tags": tags,
+        "separator": "",
+        "at_least_one": True,
+        "stop_after_first": False,
+    }
+    if choice == "auto":
+        section = _tag(_KIMI_SECTION[0], calls, _KIMI_SECTION[1])
+        return _triggered([_KIMI_SECTION[0]], [section], False, [*THINK_TOKENS, _KIMI_CALL])
+    return {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": _KIMI_SECTION[0]},
+            tags[0] if choice == "forced" else calls,
+            {"type": "const_string", "value": _KIMI_SECTION[1]},
+        ],
+    }
+
+
+def _minimax(tools: list[dict], choice: str) -> dict:
+    """vLLM's minimax: ``<invoke>`` blocks in one ``<minimax:tool_call>``."""
+    tags = [
+        _tag(
+            '<invoke name="' + tool["function"]["name"] + '">\n',
+            _schema(tool, "minimax_xml"),
+            "</invoke>\n",
+        )
+        for tool in tools
+    ]
+    calls = _separated(tags, stop_after_first=choice == "forced")
+    if choice == "auto":
+        block = _tag("<minimax:tool_call>\n", calls, "</minimax:tool_call>")
+        return _triggered(["<minimax:tool_call>"], [block], False, list(THINK_TOKENS))
+    return {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": "\n<minimax:tool_call>\n"},
+            calls,
+            {"type": "const_string", "value": "</minimax:tool_call>"},
+        ],
+    }
+
+
+# A tool parser's ``structural_tag_model`` -> the builder of its tags.
+BUILDERS = {
+    "deepseek_r1": _deepseek_r1,
+    "deepseek_v3_1": _deepseek_v3_1,
+    "hermes": _hermes,
+    "kimi": _kimi,
+    "llama": _llama,
+    "longcat": _longcat,
+    "minimax": _minimax,
+    "qwen_3_coder": _qwen3_coder,
+}
+
+# Formats that repeat tool calls: parallel_tool_calls=false stops each after
+# its first call (vLLM's limit_to_single_tool_call, at any depth).
+_CALL_LISTS = ("triggered_tags", "token_triggered_tags", "tags_with_separator")
+
+
+def single_call(node: Any) -> None:
+    """Stop every call list in ``node`` after its first call, in place."""
+    if isinstance(node, dict):
+        if node.get("type") in _CALL_LISTS:
+            node["stop_after_first"] = True
+        for value in node.values():
+            single_call(value)
+    elif isinstance(node, list):
+        for item in node:
+            single_call(item)
