@@ -19,6 +19,8 @@ from frontend.parsers.tool.base import ToolParser
 TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
+    "glm45": ("glm47", "Glm47MoeModelToolParser"),
+    "glm47": ("glm47", "Glm47MoeModelToolParser"),
     "hermes": ("hermes", "HermesToolParser"),
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),

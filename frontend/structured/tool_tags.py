@@ -12,6 +12,7 @@ others are constrained to any JSON object.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 THINK_TOKENS = ["<think>", "</think>"]
@@ -225,10 +226,115 @@ def _minimax(tools: list[dict], choice: str) -> dict:
     }
 
 
+_GLM_CONTROL = [
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+]
+# Free text may start a call: the trigger is not excluded.
+_GLM_TEXT = [t for t in _GLM_CONTROL if t != "<tool_call>"]
+
+
+def _glm_any_text() -> dict:
+    return {
+        "type": "any_text",
+        "excludes": list(_GLM_CONTROL),
+        "max_tokens": None,
+        "max_chars": None,
+    }
+
+
+def _glm_or(formats: list[dict]) -> dict:
+    return formats[0] if len(formats) == 1 else {"type": "or", "elements": formats}
+
+
+def _glm_value(prop: dict) -> dict:
+    """One argument value's format: the enum, else its basic JSON type(s)."""
+    if "enum" in prop:
+        return _glm_or(
+            [
+                {"type": "const_string", "value": v if isinstance(v, str) else json.dumps(v)}
+                for v in prop["enum"]
+            ]
+        )
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        formats = [_glm_value({"type": t}) for t in kind if t != "string"]
+        if "string" in kind:
+            formats.append(_glm_any_text())
+        return _glm_or(formats)
+    if kind in (None, "string"):
+        return _glm_any_text()
+    return {
+        "type": "json_schema",
+        "json_schema": {"type": kind},
+        "style": "json",
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
+
+
+def _glm_shallow(tool: dict) -> dict:
+    """A non-strict tool: its keys and their values' basic types."""
+    function = tool["function"]
+    params = function.get("parameters") or {}
+    properties = params.get("properties")
+    begin, end = "<tool_call>" + function["name"], "</tool_call>"
+    if (
+        not isinstance(properties, dict)
+        or not properties
+        or params.get("additionalProperties") is True
+        or any(k in params for k in ("$ref", "allOf", "anyOf", "oneOf", "patternProperties"))
+    ):
+        return _tag(begin, {**_schema(tool, "glm_xml"), "json_schema": True}, end)
+    pairs = [
+        {
+            "type": "sequence",
+            "elements": [
+                {"type": "const_string", "value": f"<arg_key>{key}</arg_key><arg_value>"},
+                _glm_value(prop),
+                {"type": "const_string", "value": "</arg_value>"},
+            ],
+        }
+        for key, prop in properties.items()
+    ]
+    return _tag(begin, {"type": "star", "content": _glm_or(pairs)}, end)
+
+
+def _glm_4_7(tools: list[dict], choice: str) -> dict:
+    """vLLM's glm_4_7: xgrammar's builtin when every tool is strict, else
+    shallow tags for the non-strict ones."""
+    strict = [(tool.get("function") or {}).get("strict") is True for tool in tools]
+    if tools and all(strict):
+        tags = [
+            _tag("<tool_call>" + t["function"]["name"], _schema(t, "glm_xml"), "</tool_call>")
+            for t in tools
+        ]
+        if choice == "forced":
+            return tags[0]
+        return _triggered(["<tool_call>"], tags, choice == "required", list(_GLM_TEXT))
+    tags = [
+        _tag("<tool_call>" + t["function"]["name"], _schema(t, "glm_xml"), "</tool_call>")
+        if is_strict
+        else _glm_shallow(t)
+        for t, is_strict in zip(tools, strict)
+    ]
+    if choice == "auto":
+        return _triggered(["<tool_call>"], tags, False, list(_GLM_TEXT))
+    return _separated(tags, stop_after_first=choice == "forced")
+
+
 # A tool parser's ``structural_tag_model`` -> the builder of its tags.
 BUILDERS = {
     "deepseek_r1": _deepseek_r1,
     "deepseek_v3_1": _deepseek_v3_1,
+    "glm_4_7": _glm_4_7,
     "hermes": _hermes,
     "kimi": _kimi,
     "llama": _llama,

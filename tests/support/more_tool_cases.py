@@ -164,9 +164,44 @@ MINIMAX_M2 = [
     Case("no-tools", f"</think>{MS}\n{MW}{ME}", tools=None),
 ]
 
+def glm(name: str, params: dict[str, str], sep: str = "") -> str:
+    body = "".join(f"{sep}<arg_key>{k}</arg_key>{sep}<arg_value>{v}</arg_value>"
+                   for k, v in params.items())
+    return f"<tool_call>{name}{body}{sep}</tool_call>"
+
+
+GW = glm("get_weather", {"city": "Paris", "days": "3"})
+GLM47 = [
+    Case("plain", "</think>The weather is nice today."),
+    Case("one-call", f"</think>{GW}"),
+    Case("think-first", f"Let me check.</think>\n{GW}"),
+    Case("think-open", f"<think>plan</think>ok {GW}"),
+    Case("no-think-end", GW),
+    Case("text-before", f"</think>Sure.\n{GW}"),
+    Case("two-calls", f"</think>{GW}\n" + glm("search", {"query": "a b", "tags": '["x"]'})),
+    Case("newlines", "</think>" + glm("get_weather", {"city": "Oslo", "metric": "true"}, "\n")),
+    Case("typed", "</think>" + glm("get_weather", {"city": "Rome", "days": "2",
+                                                  "options": '{"detail": 0.5}'})),
+    Case("no-args", "</think><tool_call>search</tool_call>"),
+    Case("name-newline", "</think><tool_call>search\n<arg_key>query</arg_key><arg_value>q"
+                         "</arg_value></tool_call>"),
+    Case("text-after", f"</think>{GW} and then"),
+    Case("truncated", "</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Pa"),
+    Case("truncated-key", "</think><tool_call>get_weather<arg_key>ci"),
+    Case("unknown-tool", f"</think>{glm('other', {'n': '5'})}"),
+    Case("unicode", f"</think>{glm('search', {'query': '東京 👍🏽 é'})}"),
+    Case("no-thinking", f"ok {GW}", chat_template_kwargs={"enable_thinking": False}),
+    Case("required", f"</think>{GW}", tool_choice="required"),
+    Case("named", f"</think>{GW}", tool_choice=NAMED),
+    Case("choice-none", f"</think>ok {GW}", tool_choice="none"),
+    Case("no-tools", f"</think>{GW}", tools=None),
+]
+
 MORE_CASES: dict[str, list[Case]] = {
     "deepseek_v3": DEEPSEEK_V3,
     "deepseek_v31": DEEPSEEK_V31,
+    "glm45": GLM47,
+    "glm47": GLM47,
     "kimi_k2": KIMI_K2,
     "longcat": LONGCAT,
     "minimax_m2": MINIMAX_M2,

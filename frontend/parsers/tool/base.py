@@ -37,6 +37,9 @@ class ToolParser:
     # xgrammar structural tag format that constrains this parser's calls (a
     # key of frontend.structured.tool_tags.BUILDERS).
     structural_tag_model: ClassVar[str | None] = None
+    # vLLM's default_tool_strict_level: "function" constrains tool_choice
+    # "auto" calls with the structural tag even without strict tools.
+    default_tool_strict_level: ClassVar[str | None] = None
     # When adjust_request sets skip_special_tokens=False: "with_tools"
     # (tools given and tool_choice != "none"), "always", or None.
     keeps_special_tokens: ClassVar[str | None] = None
