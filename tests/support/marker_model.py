@@ -32,6 +32,10 @@ MARKERS: list[tuple[str, bool]] = [
     # MiniMax-M2.
     ("<minimax:tool_call>", False),
     ("</minimax:tool_call>", False),
+    # InternLM2 (special tokens).
+    ("<|action_start|>", True),
+    ("<|action_end|>", True),
+    ("<|plugin|>", True),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

@@ -197,12 +197,61 @@ GLM47 = [
     Case("no-tools", f"</think>{GW}", tools=None),
 ]
 
+IP = "<|action_start|><|plugin|>"
+IW = '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}'
+INTERNLM = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{IP}\n{IW}<|action_end|>"),
+    Case("text-before", f"Let me check.{IP}\n{IW}<|action_end|>"),
+    Case("arguments-key", f'{IP}{{"name": "search", "arguments": {{"query": "rain"}}}}'
+                          "<|action_end|>"),
+    Case("nested", f'{IP}{{"name": "get_weather", "parameters": {{"city": "Rome", '
+                   '"options": {"detail": 1.5}, "metric": true}}<|action_end|>'),
+    Case("no-end", f"{IP}\n{IW}"),
+    Case("truncated", f'{IP}\n{{"name": "get_weather", "parameters": {{"city": "Pa'),
+    Case("no-args", f'{IP}{{"name": "search"}}<|action_end|>'),
+    Case("unknown-tool", f'{IP}{{"name": "other", "parameters": {{}}}}<|action_end|>'),
+    Case("number-name", f'{IP}{{"name": 7, "parameters": {{}}}}<|action_end|>'),
+    Case("action-only", "ok <|action_start|> then text"),
+    Case("unicode", f'{IP}{{"name": "search", "parameters": {{"query": "東京 👍🏽"}}}}'
+                    "<|action_end|>"),
+    Case("text-after", f"{IP}{IW}<|action_end|> more"),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+    Case("choice-none", f"{IP}{IW}<|action_end|>", tool_choice="none"),
+]
+
+PF = 'functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]'
+PHI4 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", PF),
+    Case("text-before", f"Sure: {PF}"),
+    Case("two-calls", 'functools[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+                      '{"name": "search", "parameters": {"query": "q"}}]'),
+    Case("bracket-in-args", 'functools[{"name": "search", "arguments": {"tags": ["a"]}}]'),
+    Case("not-json", "functools[get_weather(city='Paris')]"),
+    Case("no-args", 'functools[{"name": "search"}]'),
+    Case("number-name", 'functools[{"name": 5, "arguments": {}}]'),
+    Case("unclosed", 'functools[{"name": "search", "arguments": {}}'),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+]
+
+# Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
+WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
+# Parsers that stream no tool calls at all (vLLM's return None).
+NO_STREAMED_CALLS = {"phi4_mini_json"}
+
 MORE_CASES: dict[str, list[Case]] = {
     "deepseek_v3": DEEPSEEK_V3,
     "deepseek_v31": DEEPSEEK_V31,
     "glm45": GLM47,
     "glm47": GLM47,
+    "internlm": INTERNLM,
     "kimi_k2": KIMI_K2,
     "longcat": LONGCAT,
     "minimax_m2": MINIMAX_M2,
+    "phi4_mini_json": PHI4,
 }
