@@ -26,6 +26,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),
+    "llama4_pythonic": ("llama4_pythonic", "Llama4PythonicToolParser"),
     "longcat": ("longcat", "LongcatFlashToolParser"),
     "minimax_m2": ("minimax_m2", "MinimaxM2ToolParser"),
     "mistral": ("mistral", "MistralToolParser"),

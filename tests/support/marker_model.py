@@ -36,6 +36,9 @@ MARKERS: list[tuple[str, bool]] = [
     ("<|action_start|>", True),
     ("<|action_end|>", True),
     ("<|plugin|>", True),
+    # Llama 4 (special tokens).
+    ("<|python_start|>", True),
+    ("<|python_end|>", True),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

@@ -239,6 +239,23 @@ PHI4 = [
     Case("named", '{"city": "Paris"}', tool_choice=NAMED),
 ]
 
+PS, PE = "<|python_start|>", "<|python_end|>"
+LLAMA4_PYTHONIC = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", "[get_weather(city='Paris', days=3)]"),
+    Case("python-tags", f"{PS}[get_weather(city='Paris', days=3)]{PE}"),
+    Case("two-calls", f"{PS}[get_weather(city='Paris'), search(query=\"rain\", tags=['a'])]{PE}"),
+    Case("end-only", f"[search(query='x')]{PE}"),
+    Case("start-only", f"{PS}[search(query='x')]"),
+    Case("text-after", f"{PS}[search(query='x')]{PE} done"),
+    Case("truncated", f"{PS}[get_weather(city='Par"),
+    Case("not-a-call", f"{PS}print('hi'){PE}"),
+    Case("skipped-special", f"{PS}[search(query='x')]{PE}", skip_special=True),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -251,6 +268,7 @@ MORE_CASES: dict[str, list[Case]] = {
     "glm47": GLM47,
     "internlm": INTERNLM,
     "kimi_k2": KIMI_K2,
+    "llama4_pythonic": LLAMA4_PYTHONIC,
     "longcat": LONGCAT,
     "minimax_m2": MINIMAX_M2,
     "phi4_mini_json": PHI4,
