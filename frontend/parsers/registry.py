@@ -30,6 +30,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "longcat": ("longcat", "LongcatFlashToolParser"),
     "minimax_m2": ("minimax_m2", "MinimaxM2ToolParser"),
     "mistral": ("mistral", "MistralToolParser"),
+    "olmo3": ("olmo3", "Olmo3PythonicToolParser"),
     "phi4_mini_json": ("phi4_mini_json", "Phi4MiniJsonToolParser"),
     "pythonic": ("pythonic", "PythonicToolParser"),
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),

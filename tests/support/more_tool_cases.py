@@ -256,6 +256,25 @@ LLAMA4_PYTHONIC = [
     Case("named", '{"city": "Paris"}', tool_choice=NAMED),
 ]
 
+FC, FE = "<function_calls>", "</function_calls>"
+OLMO3 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f'{FC}get_weather(city="Paris", days=3){FE}'),
+    Case("two-calls", f'{FC}get_weather(city="Paris")\nsearch(query="rain", tags=["a"]){FE}'),
+    Case("blank-lines", f'{FC}\nget_weather(city="Paris")\n\nsearch(query="x")\n{FE}'),
+    Case("json-literals", f"{FC}get_weather(city=null, metric=true, days=-1){FE}"),
+    Case("no-tags", 'get_weather(city="Paris")'),
+    Case("text-before", f'Sure. {FC}get_weather(city="Paris"){FE}'),
+    Case("text-after", f'{FC}get_weather(city="Paris"){FE} done'),
+    Case("truncated", f'{FC}get_weather(city="Par'),
+    Case("truncated-second", f'{FC}get_weather(city="Paris")\nsearch(que'),
+    Case("not-a-call", f"{FC}x = 1{FE}"),
+    Case("angle-text", "<b>bold</b> text"),
+    Case("unicode", f'{FC}search(query="東京 👍🏽"){FE}'),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -271,5 +290,6 @@ MORE_CASES: dict[str, list[Case]] = {
     "llama4_pythonic": LLAMA4_PYTHONIC,
     "longcat": LONGCAT,
     "minimax_m2": MINIMAX_M2,
+    "olmo3": OLMO3,
     "phi4_mini_json": PHI4,
 }
