@@ -19,6 +19,7 @@ from frontend.parsers.tool.base import ToolParser
 TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
+    "deepseek_v32": ("deepseek_v32", "DeepSeekV32EngineToolParser"),
     "glm45": ("glm47", "Glm47MoeModelToolParser"),
     "glm47": ("glm47", "Glm47MoeModelToolParser"),
     "hermes": ("hermes", "HermesToolParser"),

@@ -202,28 +202,53 @@ def _kimi(tools: list[dict], choice: str) -> dict:
     }
 
 
-def _minimax(tools: list[dict], choice: str) -> dict:
-    """vLLM's minimax: ``<invoke>`` blocks in one ``<minimax:tool_call>``."""
+def _invoke_blocks(
+    tools: list[dict], choice: str, *, invoke: str, end: str, style: str, block: tuple[str, str]
+) -> dict:
+    """minimax and deepseek_v3_2: ``<invoke name="NAME">`` calls in one block;
+    ``block`` is (its begin, its end), the trigger its begin without the newline."""
     tags = [
-        _tag(
-            '<invoke name="' + tool["function"]["name"] + '">\n',
-            _schema(tool, "minimax_xml"),
-            "</invoke>\n",
-        )
+        _tag(invoke + tool["function"]["name"] + '">\n', _schema(tool, style), end)
         for tool in tools
     ]
     calls = _separated(tags, stop_after_first=choice == "forced")
     if choice == "auto":
-        block = _tag("<minimax:tool_call>\n", calls, "</minimax:tool_call>")
-        return _triggered(["<minimax:tool_call>"], [block], False, list(THINK_TOKENS))
-    return {
-        "type": "sequence",
-        "elements": [
-            {"type": "const_string", "value": "\n<minimax:tool_call>\n"},
-            calls,
-            {"type": "const_string", "value": "</minimax:tool_call>"},
-        ],
-    }
+        wrapped = _tag(block[0], calls, block[1])
+        return _triggered([block[0].rstrip("\n")], [wrapped], False, list(THINK_TOKENS))
+    return {"type": "sequence", "elements": [calls, {"type": "const_string", "value": block[1]}]}
+
+
+def _minimax(tools: list[dict], choice: str) -> dict:
+    """vLLM's minimax."""
+    tag = _invoke_blocks(
+        tools,
+        choice,
+        invoke='<invoke name="',
+        end="</invoke>\n",
+        style="minimax_xml",
+        block=("<minimax:tool_call>\n", "</minimax:tool_call>"),
+    )
+    if choice != "auto":
+        tag["elements"].insert(0, {"type": "const_string", "value": "\n<minimax:tool_call>\n"})
+    return tag
+
+
+def _deepseek_v3_2(tools: list[dict], choice: str) -> dict:
+    """xgrammar's deepseek_v3_2 (DSML); a forced call is its tag alone."""
+    begin = "<｜DSML｜function_calls>\n"
+    tag = _invoke_blocks(
+        tools,
+        choice,
+        invoke='<｜DSML｜invoke name="',
+        end="</｜DSML｜invoke>\n",
+        style="deepseek_xml",
+        block=(begin, "</｜DSML｜function_calls>"),
+    )
+    if choice != "auto":
+        if choice == "forced":
+            tag["elements"][0] = tag["elements"][0]["tags"][0]
+        tag["elements"].insert(0, {"type": "const_string", "value": "\n\n" + begin})
+    return tag
 
 
 _GLM_CONTROL = [
@@ -334,6 +359,7 @@ def _glm_4_7(tools: list[dict], choice: str) -> dict:
 BUILDERS = {
     "deepseek_r1": _deepseek_r1,
     "deepseek_v3_1": _deepseek_v3_1,
+    "deepseek_v3_2": _deepseek_v3_2,
     "glm_4_7": _glm_4_7,
     "hermes": _hermes,
     "kimi": _kimi,

@@ -275,6 +275,41 @@ OLMO3 = [
          tool_choice="required"),
 ]
 
+DS_FC, DS_FE = "<｜DSML｜function_calls>", "</｜DSML｜function_calls>"
+
+
+def dsml(name: str, params: list[tuple[str, str | None, str]]) -> str:
+    body = "".join(
+        f'<｜DSML｜parameter name="{k}"' + (f' string="{s}"' if s is not None else "")
+        + f">{v}</｜DSML｜parameter>\n" for k, s, v in params)
+    return f'<｜DSML｜invoke name="{name}">\n{body}</｜DSML｜invoke>\n'
+
+
+DW = dsml("get_weather", [("city", "true", "杭州"), ("days", "false", "5")])
+DEEPSEEK_V32 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{DS_FC}\n{DW}{DS_FE}"),
+    Case("text-before", f"Let me check.\n\n{DS_FC}\n{DW}{DS_FE}"),
+    Case("two-calls", f"{DS_FC}\n{DW}" + dsml("search", [("query", "true", "a > b"),
+                                                          ("tags", "false", '["x"]')]) + DS_FE),
+    Case("no-string-attr", f"{DS_FC}\n" + dsml("get_weather", [("city", None, "Oslo"),
+                                                                ("metric", None, "true")])
+                           + DS_FE),
+    Case("not-json", f"{DS_FC}\n" + dsml("get_weather", [("days", "false", "many")]) + DS_FE),
+    Case("wrapped", f"{DS_FC}\n" + dsml("search", [("arguments", "false",
+                                                     '{"query": "q"}')]) + DS_FE),
+    Case("text-after", f"{DS_FC}\n{DW}{DS_FE}\nDone."),
+    Case("truncated", f'{DS_FC}\n<｜DSML｜invoke name="get_weather">\n'
+                      '<｜DSML｜parameter name="city" string="true">Pa'),
+    Case("bare-invoke", DW),
+    Case("unicode", f"{DS_FC}\n" + dsml("search", [("query", "true", "東京 👍🏽")]) + DS_FE),
+    Case("think-text", f"<think>x</think>{DS_FC}\n{DW}{DS_FE}"),
+    Case("required", f"\n\n{DS_FC}\n{DW}{DS_FE}", tool_choice="required"),
+    Case("named", f"\n\n{DS_FC}\n{DW}{DS_FE}", tool_choice=NAMED),
+    Case("choice-none", f"ok {DS_FC}\n{DW}{DS_FE}", tool_choice="none"),
+    Case("no-tools", f"{DS_FC}\n{DW}{DS_FE}", tools=None),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -283,6 +318,7 @@ NO_STREAMED_CALLS = {"phi4_mini_json"}
 MORE_CASES: dict[str, list[Case]] = {
     "deepseek_v3": DEEPSEEK_V3,
     "deepseek_v31": DEEPSEEK_V31,
+    "deepseek_v32": DEEPSEEK_V32,
     "glm45": GLM47,
     "glm47": GLM47,
     "internlm": INTERNLM,
