@@ -29,6 +29,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_pythonic": ("llama4_pythonic", "Llama4PythonicToolParser"),
     "longcat": ("longcat", "LongcatFlashToolParser"),
+    "mimo": ("qwen3_variants", "MiMoToolParser"),
     "minimax_m2": ("minimax_m2", "MinimaxM2ToolParser"),
     "mistral": ("mistral", "MistralToolParser"),
     "olmo3": ("olmo3", "Olmo3PythonicToolParser"),
@@ -37,6 +38,8 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),
     "qwen3_json": ("hermes", "HermesToolParser"),
     "qwen3_xml": ("qwen3_coder", "Qwen3CoderToolParser"),
+    "seed_oss": ("qwen3_variants", "SeedOssEngineToolParser"),
+    "step3p5": ("qwen3_variants", "Step3p5ToolParser"),
 }
 
 REASONING_PARSERS: dict[str, tuple[str, str]] = {

@@ -82,16 +82,37 @@ def _hermes_style(tools: list[dict], choice: str, start: str, end: str) -> dict:
 
 
 def _prefixed(
-    tools: list[dict], choice: str, *, prefix: str, suffix: str, end: str, trigger: str, style: str
+    tools: list[dict],
+    choice: str,
+    *,
+    prefix: str,
+    suffix: str,
+    end: str,
+    trigger: str,
+    style: str,
+    excludes: tuple[str, ...] = tuple(THINK_TOKENS),
 ) -> dict:
-    """llama and qwen_3_coder: one tag per tool, triggered by the call prefix."""
+    """llama, qwen_3_coder, mimo: one tag per tool, triggered by the call prefix."""
     tags = [
         _tag(prefix + tool["function"]["name"] + suffix, _schema(tool, style), end)
         for tool in tools
     ]
     if choice == "forced":
         return tags[0]
-    return _triggered([trigger], tags, choice == "required", list(THINK_TOKENS))
+    return _triggered([trigger], tags, choice == "required", list(excludes))
+
+
+def _mimo(tools: list[dict], choice: str) -> dict:
+    return _prefixed(
+        tools,
+        choice,
+        prefix="<tool_call><function=",
+        suffix=">",
+        end="</function></tool_call>",
+        trigger="<tool_call>",
+        style="qwen_xml",
+        excludes=(*THINK_TOKENS, "</tool_call>", "<function="),
+    )
 
 
 def _llama(tools: list[dict], choice: str) -> dict:
@@ -365,6 +386,7 @@ BUILDERS = {
     "kimi": _kimi,
     "llama": _llama,
     "longcat": _longcat,
+    "mimo": _mimo,
     "minimax": _minimax,
     "qwen_3_coder": _qwen3_coder,
 }

@@ -39,6 +39,13 @@ MARKERS: list[tuple[str, bool]] = [
     # Llama 4 (special tokens).
     ("<|python_start|>", True),
     ("<|python_end|>", True),
+    # Seed-OSS.
+    ("<seed:think>", False),
+    ("</seed:think>", False),
+    ("<seed:tool_call>", False),
+    ("</seed:tool_call>", False),
+    ("<seed:bos>", True),
+    ("<seed:eos>", True),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

@@ -310,6 +310,33 @@ DEEPSEEK_V32 = [
     Case("no-tools", f"{DS_FC}\n{DW}{DS_FE}", tools=None),
 ]
 
+def qwen_xml(name: str, params: dict[str, str], start: str = "<tool_call>",
+             end: str = "</tool_call>", nl: str = "\n") -> str:
+    body = "".join(f"<parameter={k}>{nl}{v}{nl}</parameter>{nl}" for k, v in params.items())
+    return f"{start}{nl}<function={name}>{nl}{body}</function>{nl}{end}"
+
+
+def qwen_variant_cases(start: str, end: str, think_end: str) -> list[Case]:
+    one = qwen_xml("get_weather", {"city": "Paris", "days": "3"}, start, end)
+    return [
+        Case("plain", "The weather is nice today."),
+        Case("one-call", one),
+        Case("thinking", f"hmm{think_end}\n\n{one}"),
+        Case("text-before", f"Let me look.\n\n{one}"),
+        Case("two-calls", one + "\n" + qwen_xml("search", {"query": "a", "tags": '["x"]'},
+                                                 start, end)),
+        Case("compact", qwen_xml("search", {"query": " spaced "}, start, end, nl="")),
+        Case("typed", qwen_xml("get_weather", {"city": "Oslo", "metric": "true",
+                                               "options": '{"detail": 1}'}, start, end)),
+        Case("truncated", f"{start}\n<function=get_weather>\n<parameter=city>\nPar"),
+        Case("text-after", one + "\nDone."),
+        Case("no-thinking", f"ok {one}", chat_template_kwargs={"enable_thinking": False}),
+        Case("required", one, tool_choice="required"),
+        Case("named", one, tool_choice=NAMED),
+        Case("choice-none", f"ok {one}", tool_choice="none"),
+    ]
+
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -325,7 +352,10 @@ MORE_CASES: dict[str, list[Case]] = {
     "kimi_k2": KIMI_K2,
     "llama4_pythonic": LLAMA4_PYTHONIC,
     "longcat": LONGCAT,
+    "mimo": qwen_variant_cases("<tool_call>", "</tool_call>", "</think>"),
     "minimax_m2": MINIMAX_M2,
     "olmo3": OLMO3,
     "phi4_mini_json": PHI4,
+    "seed_oss": qwen_variant_cases("<seed:tool_call>", "</seed:tool_call>", "</seed:think>"),
+    "step3p5": qwen_variant_cases("<tool_call>", "</tool_call>", "</think>"),
 }
