@@ -22,6 +22,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "deepseek_v32": ("deepseek_v32", "DeepSeekV32EngineToolParser"),
     "glm45": ("glm47", "Glm47MoeModelToolParser"),
     "glm47": ("glm47", "Glm47MoeModelToolParser"),
+    "granite4": ("granite4", "Granite4ToolParser"),
     "hermes": ("hermes", "HermesToolParser"),
     "internlm": ("internlm", "Internlm2ToolParser"),
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),

@@ -337,6 +337,30 @@ def qwen_variant_cases(start: str, end: str, think_end: str) -> list[Case]:
     ]
 
 
+GT = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}</tool_call>'
+GRANITE4 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", GT),
+    Case("text-around", f"Let me check. {GT} Back soon."),
+    Case("two-calls", GT + '\n<tool_call>{"name": "search", "arguments": {"query": "x"}}'
+                           "</tool_call>"),
+    Case("string-args", '<tool_call>{"name": "search", "arguments": "{\\"q\\": 1}"}</tool_call>'),
+    Case("null-args", '<tool_call>{"name": "search", "arguments": null}</tool_call>'),
+    Case("no-args", '<tool_call>{"name": "search"}</tool_call>'),
+    Case("unclosed", '<tool_call>{"name": "search", "arguments": {}}'),
+    Case("empty-call", "a<tool_call></tool_call>b"),
+    Case("two-starts", "<tool_call><tool_call>{}</tool_call>"),
+    Case("end-only", "x</tool_call>y"),
+    Case("not-json", "<tool_call>search(q=1)</tool_call>"),
+    Case("partial-tag", "Checking <tool_"),
+    Case("lt-text", "a < b and c <tool d"),
+    Case("unicode", '<tool_call>{"name": "search", "arguments": {"query": "東京 👍🏽"}}</tool_call>'),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+    Case("choice-none", GT, tool_choice="none"),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -347,6 +371,7 @@ MORE_CASES: dict[str, list[Case]] = {
     "deepseek_v31": DEEPSEEK_V31,
     "deepseek_v32": DEEPSEEK_V32,
     "glm45": GLM47,
+    "granite4": GRANITE4,
     "glm47": GLM47,
     "internlm": INTERNLM,
     "kimi_k2": KIMI_K2,
