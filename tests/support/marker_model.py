@@ -46,6 +46,9 @@ MARKERS: list[tuple[str, bool]] = [
     ("</seed:tool_call>", False),
     ("<seed:bos>", True),
     ("<seed:eos>", True),
+    # ERNIE 4.5.
+    ("<response>", False),
+    ("</response>", False),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

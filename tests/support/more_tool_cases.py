@@ -361,6 +361,30 @@ GRANITE4 = [
     Case("choice-none", GT, tool_choice="none"),
 ]
 
+EW = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
+ERNIE45 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", EW),
+    Case("text-before", f"Let me check.\n\n{EW}\n"),
+    Case("two-calls", EW + '\n<tool_call>\n{"name": "search", "arguments": {"query": "x"}}'
+                           "\n</tool_call>\n"),
+    Case("text-after", f"{EW}\nAnd after."),
+    Case("response", "\n<response>The answer.</response>"),
+    Case("response-then-call", f"<response>Sure</response>\n{EW}"),
+    Case("newlines-first", "\n\nHello"),
+    Case("no-args", '<tool_call>{"name": "search"}</tool_call>'),
+    Case("no-name", '<tool_call>{"arguments": {"q": 1}}</tool_call>'),
+    Case("number-name", '<tool_call>{"name": 3}</tool_call>'),
+    Case("not-json", "<tool_call>{nope}</tool_call>"),
+    Case("truncated", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa'),
+    Case("nested", '<tool_call>{"name": "get_weather", "arguments": {"options": {"detail": 1}}}'
+                   "</tool_call>"),
+    Case("unicode", '<tool_call>{"name": "search", "arguments": {"query": "東京 👍🏽"}}</tool_call>'),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -370,6 +394,7 @@ MORE_CASES: dict[str, list[Case]] = {
     "deepseek_v3": DEEPSEEK_V3,
     "deepseek_v31": DEEPSEEK_V31,
     "deepseek_v32": DEEPSEEK_V32,
+    "ernie45": ERNIE45,
     "glm45": GLM47,
     "granite4": GRANITE4,
     "glm47": GLM47,
