@@ -49,6 +49,10 @@ MARKERS: list[tuple[str, bool]] = [
     # ERNIE 4.5.
     ("<response>", False),
     ("</response>", False),
+    # GigaChat 3 (special tokens).
+    ("<|message_sep|>", True),
+    ("<|role_sep|>", True),
+    ("<|function_call|>", True),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

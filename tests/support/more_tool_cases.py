@@ -385,6 +385,27 @@ ERNIE45 = [
     Case("named", '{"city": "Paris"}', tool_choice=NAMED),
 ]
 
+GC = "<|message_sep|>function call<|role_sep|>\n"
+GJ = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+GIGACHAT3 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", GC + GJ),
+    Case("text-before", "Let me check." + GC + GJ),
+    Case("function-call-token", "<|function_call|>" + GJ),
+    Case("eos-text", GC + GJ + "</s>"),
+    Case("string-end", GC + '{"name": "search", "arguments": {"query": "rain"}}'),
+    Case("nested", GC + '{"name": "get_weather", "arguments": {"options": {"detail": 1}}}'),
+    Case("string-args", GC + '{"name": "search", "arguments": "q"}'),
+    Case("no-args", GC + '{"name": "search"}'),
+    Case("truncated", GC + '{"name": "get_weather", "arguments": {"city": "Pa'),
+    Case("not-json", GC + "search(q)"),
+    Case("message-sep-only", "Hello<|message_sep|>more"),
+    Case("unicode", GC + '{"name": "search", "arguments": {"query": "東京 👍🏽"}}'),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -395,6 +416,7 @@ MORE_CASES: dict[str, list[Case]] = {
     "deepseek_v31": DEEPSEEK_V31,
     "deepseek_v32": DEEPSEEK_V32,
     "ernie45": ERNIE45,
+    "gigachat3": GIGACHAT3,
     "glm45": GLM47,
     "granite4": GRANITE4,
     "glm47": GLM47,
