@@ -27,6 +27,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "granite4": ("granite4", "Granite4ToolParser"),
     "hermes": ("hermes", "HermesToolParser"),
     "internlm": ("internlm", "Internlm2ToolParser"),
+    "jamba": ("jamba", "JambaToolParser"),
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),

@@ -53,6 +53,9 @@ MARKERS: list[tuple[str, bool]] = [
     ("<|message_sep|>", True),
     ("<|role_sep|>", True),
     ("<|function_call|>", True),
+    # Jamba.
+    ("<tool_calls>", False),
+    ("</tool_calls>", False),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

@@ -406,6 +406,30 @@ GIGACHAT3 = [
     Case("named", '{"city": "Paris"}', tool_choice=NAMED),
 ]
 
+JW = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+JAMBA = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"<tool_calls>[{JW}]</tool_calls>"),
+    Case("text-before", f"Let me check. <tool_calls>[{JW}]</tool_calls>"),
+    Case("space-before", f" <tool_calls>[{JW}]</tool_calls>"),
+    Case("two-calls", f'<tool_calls>[{JW}, {{"name": "search", "arguments": {{"query": "rain", '
+                      '"tags": ["a"]}}]</tool_calls>'),
+    Case("nested", '<tool_calls>[{"name": "get_weather", "arguments": {"options": '
+                   '{"detail": 0.5}, "metric": true}}]</tool_calls>'),
+    Case("truncated", '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Pa'),
+    Case("no-end", f"<tool_calls>[{JW}]"),
+    Case("not-a-list", f"<tool_calls>{JW}</tool_calls>"),
+    Case("no-args", '<tool_calls>[{"name": "search"}]</tool_calls>'),
+    Case("malformed", '<tool_calls>[{"name": "search", "arguments": {"q": }}]</tool_calls>'),
+    Case("unicode", '<tool_calls>[{"name": "search", "arguments": {"query": "東京 👍🏽"}}]'
+                    "</tool_calls>"),
+    Case("text-after", f"<tool_calls>[{JW}]</tool_calls> done"),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+    Case("choice-none", f"<tool_calls>[{JW}]</tool_calls>", tool_choice="none"),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -421,6 +445,7 @@ MORE_CASES: dict[str, list[Case]] = {
     "granite4": GRANITE4,
     "glm47": GLM47,
     "internlm": INTERNLM,
+    "jamba": JAMBA,
     "kimi_k2": KIMI_K2,
     "llama4_pythonic": LLAMA4_PYTHONIC,
     "longcat": LONGCAT,

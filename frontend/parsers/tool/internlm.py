@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from frontend.parsers.json_partial import complete
+from frontend.parsers.json_partial import common_prefix, loads_partial_whole
 from frontend.parsers.text_so_far import TextSoFarToolParser
 from frontend.parsers.tool.base import is_complete_json
 from frontend.parsers.types import (
@@ -39,21 +39,6 @@ def _arguments(obj: dict) -> Any:
     if "arguments" in obj:
         return obj.get("arguments")
     return None
-
-
-def _loads_whole_partial(text: str, allow_str: bool) -> Any:
-    """partial_json_parser.loads: the completed JSON, one value, no text after it."""
-    head, tail = complete(text, allow_str)
-    return json.loads(head + tail)
-
-
-def _common_prefix(a: str, b: str) -> str:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return a[:n]
 
 
 class Internlm2ToolParser(TextSoFarToolParser):
@@ -104,7 +89,7 @@ class Internlm2ToolParser(TextSoFarToolParser):
             return None
 
     def _step(self, action: str, delta_text: str) -> ParsedDelta | None:
-        obj = _loads_whole_partial(action, self.current_tool_name_sent)
+        obj = loads_partial_whole(action, self.current_tool_name_sent)
         delta: ParsedDelta | None = None
         index = self.current_tool_id
         if not self.current_tool_name_sent:
@@ -141,7 +126,7 @@ class Internlm2ToolParser(TextSoFarToolParser):
                 if is_complete_json(action):
                     piece = cur_json[sent:]
                 elif cur_json != prev_json:
-                    piece = _common_prefix(prev_json, cur_json)[sent:]
+                    piece = common_prefix(prev_json, cur_json)[sent:]
                 else:
                     piece = ""
                 delta = ParsedDelta(tool_calls=[DeltaToolCall(index, arguments=piece)])
