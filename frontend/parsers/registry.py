@@ -24,6 +24,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "gigachat3": ("gigachat3", "GigaChat3ToolParser"),
     "glm45": ("glm47", "Glm47MoeModelToolParser"),
     "glm47": ("glm47", "Glm47MoeModelToolParser"),
+    "granite-20b-fc": ("granite_20b_fc", "Granite20bFCToolParser"),
     "granite4": ("granite4", "Granite4ToolParser"),
     "hermes": ("hermes", "HermesToolParser"),
     "internlm": ("internlm", "Internlm2ToolParser"),

@@ -430,6 +430,26 @@ JAMBA = [
     Case("choice-none", f"<tool_calls>[{JW}]</tool_calls>", tool_choice="none"),
 ]
 
+FW = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+GRANITE_20B_FC = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"<function_call> {FW}"),
+    Case("two-calls", f'<function_call> {FW}\n<function_call> {{"name": "search", '
+                      '"arguments": {"query": "rain", "tags": ["a"]}}'),
+    Case("text-before", f"Sure. <function_call> {FW}"),
+    Case("text-after", f"<function_call> {FW} trailing"),
+    Case("nested", '<function_call>{"name": "get_weather", "arguments": {"options": '
+                   '{"detail": 0.5}, "metric": true}}'),
+    Case("truncated", '<function_call> {"name": "get_weather", "arguments": {"city": "Pa'),
+    Case("partial-tag", "<function_ca"),
+    Case("no-args", '<function_call> {"name": "search"}'),
+    Case("not-json", "<function_call> search(q)"),
+    Case("unicode", '<function_call> {"name": "search", "arguments": {"query": "東京 👍🏽"}}'),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -442,6 +462,7 @@ MORE_CASES: dict[str, list[Case]] = {
     "ernie45": ERNIE45,
     "gigachat3": GIGACHAT3,
     "glm45": GLM47,
+    "granite-20b-fc": GRANITE_20B_FC,
     "granite4": GRANITE4,
     "glm47": GLM47,
     "internlm": INTERNLM,
