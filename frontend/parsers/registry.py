@@ -44,6 +44,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "qwen3_json": ("hermes", "HermesToolParser"),
     "qwen3_xml": ("qwen3_coder", "Qwen3CoderToolParser"),
     "seed_oss": ("qwen3_variants", "SeedOssEngineToolParser"),
+    "step3": ("step3", "Step3ToolParser"),
     "step3p5": ("qwen3_variants", "Step3p5ToolParser"),
 }
 

@@ -56,6 +56,12 @@ MARKERS: list[tuple[str, bool]] = [
     # Jamba.
     ("<tool_calls>", False),
     ("</tool_calls>", False),
+    # Step-3 (special tokens).
+    ("<｜tool_calls_begin｜>", True),
+    ("<｜tool_calls_end｜>", True),
+    ("<｜tool_call_begin｜>", True),
+    ("<｜tool_call_end｜>", True),
+    ("<｜tool_sep｜>", True),
     # LongCat-Flash.
     ("<longcat_tool_call>", False),
     ("</longcat_tool_call>", False),

@@ -450,6 +450,36 @@ GRANITE_20B_FC = [
     Case("named", '{"city": "Paris"}', tool_choice=NAMED),
 ]
 
+SB, SE = "<｜tool_calls_begin｜>", "<｜tool_calls_end｜>"
+
+
+def step(name: str, params: dict[str, str], kind: str = "function") -> str:
+    body = "".join(f'<steptml:parameter name="{k}">{v}</steptml:parameter>'
+                   for k, v in params.items())
+    return (f'<｜tool_call_begin｜>{kind}<｜tool_sep｜><steptml:invoke name="{name}">{body}'
+            "</steptml:invoke><｜tool_call_end｜>")
+
+
+SW = step("get_weather", {"city": " Paris ", "days": "3", "metric": "True"})
+STEP3 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{SB}{SW}{SE}"),
+    Case("text-around", f"Let me check. {SB}{SW}{SE} Done."),
+    Case("two-calls", f"{SB}{SW}\n{step('search', {'query': 'rain'})}{SE}"),
+    Case("typed", f"{SB}" + step("get_weather", {"days": "x3", "metric": "maybe",
+                                                 "options": "{}"}) + SE),
+    Case("no-params", f"{SB}{step('search', {})}{SE}"),
+    Case("other-kind", f"{SB}{step('search', {'query': 'q'}, kind='tool')}{SE}"),
+    Case("no-block-end", f"{SB}{SW}"),
+    Case("truncated", f'{SB}<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="get_we'),
+    Case("unknown-tool", f"{SB}{step('other', {'n': '5'})}{SE}"),
+    Case("unicode", f"{SB}{step('search', {'query': '東京 👍🏽'})}{SE}"),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+    Case("choice-none", f"{SB}{SW}{SE}", tool_choice="none"),
+]
+
 # Outputs vLLM's non-streaming parse raises on (the request fails): ours must too.
 WHOLE_RAISES = {("internlm", "truncated"), ("internlm", "number-name")}
 # Parsers that stream no tool calls at all (vLLM's return None).
@@ -475,5 +505,6 @@ MORE_CASES: dict[str, list[Case]] = {
     "olmo3": OLMO3,
     "phi4_mini_json": PHI4,
     "seed_oss": qwen_variant_cases("<seed:tool_call>", "</seed:tool_call>", "</seed:think>"),
+    "step3": STEP3,
     "step3p5": qwen_variant_cases("<tool_call>", "</tool_call>", "</think>"),
 }
