@@ -25,6 +25,8 @@ from frontend.parsers.registry import tool_parser_class
 from frontend.parsers.tool.pythonic import looks_like_call_list
 from frontend.structured.tool_choice import adjust_request
 from frontend.structured.tool_schema import json_schema_from_tools
+from tests.support.marker_model import marker_tokenizer_dir
+from tests.support.more_tool_cases import MORE_CASES, NO_STREAMED_CALLS, WHOLE_RAISES
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, assemble
 
 
@@ -38,6 +40,19 @@ def differ(model, tiny_model_dir):
     from vllm.tokenizers import get_tokenizer
 
     return Differ(model, get_tokenizer(str(tiny_model_dir)))
+
+
+@pytest.fixture(scope="module")
+def marker_differ(tiny_model_dir, tmp_path_factory):
+    """For MORE_CASES: the tiny tokenizer with more families' marker tokens."""
+    from vllm.tokenizers import get_tokenizer
+
+    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("markers"))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+def differ_for(request, parser):
+    return request.getfixturevalue("marker_differ" if parser in MORE_CASES else "differ")
 
 
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
@@ -226,18 +241,39 @@ WITH_REASONING = [
     ("mistral", "deepseek_r1", Case("r1-mistral", '<think>t</think>ok[TOOL_CALLS]search[ARGS]{}')),
 ]
 
-ALL = [(parser, case) for parser, cases in CASES.items() for case in cases]
+ALL = [(parser, case) for table in (CASES, MORE_CASES) for parser, cases in table.items()
+       for case in cases]
 
 
 @pytest.mark.parametrize("parser, case", ALL, ids=[f"{p}-{c}" for p, c in ALL])
-def test_non_streaming_matches_vllm(differ, parser, case):
+def test_non_streaming_matches_vllm(request, parser, case):
+    differ = differ_for(request, parser)
+    if (parser, case.id) in WHOLE_RAISES:
+        vparser, vrequest = differ.vllm_parser(parser, None, case)
+        with pytest.raises(Exception):  # noqa: B017 (pydantic's, json's, ...)
+            vparser.parse(case.text, vrequest, enable_auto_tools=True)
+        with pytest.raises((ValueError, TypeError, KeyError)):
+            differ.our_parser(parser, None, case).parse(case.text)
+        return
     differ.compare_whole(parser, None, case)
 
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
 @pytest.mark.parametrize("parser, case", ALL, ids=[f"{p}-{c}" for p, c in ALL])
-def test_streaming_matches_vllm(differ, parser, case, chunking):
-    differ.compare_stream(parser, None, case, chunking)
+def test_streaming_matches_vllm(request, parser, case, chunking):
+    differ_for(request, parser).compare_stream(parser, None, case, chunking)
+
+
+@pytest.mark.parametrize("parser", sorted(MORE_CASES))
+def test_more_cases_find_calls(marker_differ, parser):
+    """The comparisons above are not vacuous: each parser finds its one call
+    (whole and streamed), its markers being tokens of the tokenizer."""
+    case = next(c for c in MORE_CASES[parser] if c.id == "one-call")
+    parsed = marker_differ.our_parser(parser, None, case).parse(case.text)
+    assert [c.name for c in parsed.tool_calls] == ["get_weather"], parsed
+    calls = assemble(marker_differ.compare_stream(parser, None, case, "token"))["calls"]
+    streamed = [] if parser in NO_STREAMED_CALLS else ["get_weather"]
+    assert [c["name"] for c in calls.values()] == streamed
 
 
 @pytest.mark.parametrize("tool, reasoning, case", WITH_REASONING,
@@ -425,33 +461,35 @@ STRICT_TOOLS.append({"type": "function", "function": {"name": "bare", "strict": 
     (parser, reasoning)
     for reasoning in (None, "qwen3", "deepseek_r1", "mistral")
     for parser in ("hermes", "llama3_json", "pythonic", "qwen3_coder", "mistral", None)
-    if parser or reasoning])
+    if parser or reasoning] + [(parser, None) for parser in MORE_CASES])
 @pytest.mark.parametrize("tool_choice", ["auto", "none", "required", NAMED])
 @pytest.mark.parametrize("parallel", [True, False])
 @pytest.mark.parametrize("strict", [False, True])
-def test_adjust_request_matches_vllm(differ, parser, reasoning, tool_choice, parallel, strict):
+def test_adjust_request_matches_vllm(request, parser, reasoning, tool_choice, parallel, strict):
     """skip_special_tokens, the forced-call schema and the structural tag, as
     vLLM's renderer leaves them."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
+    differ = differ_for(request, parser)
+
     tools = json.loads(json.dumps(STRICT_TOOLS if strict else TOOLS))
-    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
-                                    tools=tools, tool_choice=tool_choice,
-                                    parallel_tool_calls=parallel)
+    vrequest = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
+                                     tools=tools, tool_choice=tool_choice,
+                                     parallel_tool_calls=parallel)
     parser_cls = differ._manager.get_parser(tool_parser_name=parser,
                                             reasoning_parser_name=reasoning,
                                             enable_auto_tools=True, tokenizer=differ.vtok)
     # The renderer's condition for calling adjust_request.
     if parser_cls.reasoning_parser_cls is not None or tool_choice != "none":
-        request = parser_cls(differ.vtok, request.tools).adjust_request(request)
+        vrequest = parser_cls(differ.vtok, vrequest.tools).adjust_request(vrequest)
     ours = adjust_request(tool_parser_class(parser) if parser else None,
                           differ_reasoning(reasoning), tools=tools, tool_choice=tool_choice,
                           parallel_tool_calls=parallel)
-    assert (ours.skip_special_tokens is False) == (request.skip_special_tokens is False)
-    so = request.structured_outputs
+    assert (ours.skip_special_tokens is False) == (vrequest.skip_special_tokens is False)
+    so = vrequest.structured_outputs
     if ours.structural_tag_model is not None:
         assert so is not None and so.structural_tag == ours.structural_tag
-        assert request.response_format is None
+        assert vrequest.response_format is None
     elif ours.json_schema is not None:
         assert so is not None and json.dumps(so.json) == json.dumps(ours.json_schema)
     else:

@@ -303,3 +303,45 @@ def _object(text: str, allow_str: bool):
                 raise PartialJSONError("expected ',' or '}'")
     except IndexError:
         return kept, "}"
+
+
+def loads_partial_whole(text: str, allow_partial_strings: bool) -> Any:
+    """``partial_json_parser.loads`` itself: the completed JSON of the whole
+    text (text after the first value is an error, unlike :func:`loads_partial`).
+    Raises ValueError."""
+    head, tail = complete(text, allow_partial_strings)
+    return json.loads(head + tail)
+
+
+def common_prefix(a: str, b: str) -> str:
+    """vLLM's ``find_common_prefix``."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return a[:n]
+
+
+def common_suffix(a: str, b: str) -> str:
+    """vLLM's ``find_common_suffix``: stops at an alphanumeric character."""
+    n = 0
+    for i in range(1, min(len(a), len(b)) + 1):
+        if a[-i] != b[-i] or a[-i].isalnum():
+            break
+        n = i
+    return a[len(a) - n :]
+
+
+def intermediate_diff(curr: str, old: str) -> str:
+    """vLLM's ``extract_intermediate_diff``: ``curr`` without the prefix and
+    the (non-alphanumeric) suffix it shares with ``old``."""
+    suffix = common_suffix(curr, old)
+    old = old[::-1].replace(suffix[::-1], "", 1)[::-1]
+    prefix = common_prefix(curr, old)
+    diff = curr
+    if suffix:
+        diff = diff[::-1].replace(suffix[::-1], "", 1)[::-1]
+    if prefix:
+        diff = diff.replace(prefix, "", 1)
+    return diff

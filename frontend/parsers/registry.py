@@ -17,14 +17,35 @@ from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tool.base import ToolParser
 
 TOOL_PARSERS: dict[str, tuple[str, str]] = {
+    "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
+    "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
+    "deepseek_v32": ("deepseek_v32", "DeepSeekV32EngineToolParser"),
+    "ernie45": ("ernie45", "Ernie45ToolParser"),
+    "gigachat3": ("gigachat3", "GigaChat3ToolParser"),
+    "glm45": ("glm47", "Glm47MoeModelToolParser"),
+    "glm47": ("glm47", "Glm47MoeModelToolParser"),
+    "granite-20b-fc": ("granite_20b_fc", "Granite20bFCToolParser"),
+    "granite4": ("granite4", "Granite4ToolParser"),
     "hermes": ("hermes", "HermesToolParser"),
+    "internlm": ("internlm", "Internlm2ToolParser"),
+    "jamba": ("jamba", "JambaToolParser"),
+    "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),
+    "llama4_pythonic": ("llama4_pythonic", "Llama4PythonicToolParser"),
+    "longcat": ("longcat", "LongcatFlashToolParser"),
+    "mimo": ("qwen3_variants", "MiMoToolParser"),
+    "minimax_m2": ("minimax_m2", "MinimaxM2ToolParser"),
     "mistral": ("mistral", "MistralToolParser"),
+    "olmo3": ("olmo3", "Olmo3PythonicToolParser"),
+    "phi4_mini_json": ("phi4_mini_json", "Phi4MiniJsonToolParser"),
     "pythonic": ("pythonic", "PythonicToolParser"),
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),
     "qwen3_json": ("hermes", "HermesToolParser"),
     "qwen3_xml": ("qwen3_coder", "Qwen3CoderToolParser"),
+    "seed_oss": ("qwen3_variants", "SeedOssEngineToolParser"),
+    "step3": ("step3", "Step3ToolParser"),
+    "step3p5": ("qwen3_variants", "Step3p5ToolParser"),
 }
 
 REASONING_PARSERS: dict[str, tuple[str, str]] = {

@@ -14,12 +14,9 @@ Three jobs around one format, each as vLLM 0.32 does it:
   a structural tag model vLLM does not force "required"/named tool choice
   with a plain JSON schema but with a tag that allows exactly the parser's
   call syntax (and, for "auto", text with calls triggered by the call
-  prefix). The builders give the same JSON as vLLM
-  (``json.dumps(tag.model_dump())``) for the ``hermes`` (vLLM's own),
-  ``llama`` and ``qwen_3_coder`` (xgrammar builtin) formats; a new format
-  is one builder function and one :data:`BUILDERS` entry. Only the
-  function tools' own ``strict`` pins argument schemas
-  (``--tool-strict-level auto``); others are constrained to any JSON object.
+  prefix). The builders (:mod:`frontend.structured.tool_tags`) give the
+  same JSON as vLLM (``json.dumps(tag.model_dump())``); a new format is one
+  builder function and one ``BUILDERS`` entry there.
 """
 
 from __future__ import annotations
@@ -29,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeGuard
 
 from frontend.structured.rules import grammar_is_likely_lark
+from frontend.structured.tool_tags import BUILDERS, single_call
 
 # accepts(kind, spec): whether a constraint of that kind ("json", "regex",
 # "grammar") is one the grammar library takes.
@@ -281,108 +279,6 @@ def response_format_payload(response_format: dict) -> str | None:
     )
 
 
-# ---------------------------------------------------------------------------- tool calls
-
-THINK_TOKENS = ["<think>", "</think>"]
-
-
-def _schema(tool: dict, style: str) -> dict:
-    function = tool.get("function") or {}
-    strict = function.get("strict") is True
-    params = function.get("parameters")
-    return {
-        "type": "json_schema",
-        "json_schema": params if strict and params is not None else True,
-        "style": style,
-        "any_order": False,
-        "max_whitespace_cnt": None,
-        "excludes": [],
-    }
-
-
-def _tag(begin: str, content: dict, end: str) -> dict:
-    return {"type": "tag", "begin": begin, "content": content, "end": end}
-
-
-def _triggered(
-    triggers: list[str], tags: list[dict], at_least_one: bool, excludes: list[str]
-) -> dict:
-    return {
-        "type": "triggered_tags",
-        "triggers": triggers,
-        "tags": tags,
-        "at_least_one": at_least_one,
-        "stop_after_first": False,
-        "excludes": excludes,
-    }
-
-
-def _separated(tags: list[dict], stop_after_first: bool) -> dict:
-    return {
-        "type": "tags_with_separator",
-        "tags": tags,
-        "separator": "",
-        "at_least_one": True,
-        "stop_after_first": stop_after_first,
-    }
-
-
-def _hermes(tools: list[dict], choice: str) -> dict:
-    start, end = "<tool_call>", "</tool_call>"
-    tags = [
-        _tag(begin + tool["function"]["name"] + '", "arguments": ', _schema(tool, "json"), close)
-        for tool in tools
-        for begin, close in (
-            (start + '\n{"name": "', "}\n" + end),
-            (start + '{"name": "', "}" + end),
-        )
-    ]
-    if choice == "auto":
-        return _triggered([start], tags, False, [])
-    return _separated(tags, stop_after_first=choice == "forced")
-
-
-def _prefixed(
-    tools: list[dict], choice: str, *, prefix: str, suffix: str, end: str, trigger: str, style: str
-) -> dict:
-    """llama and qwen_3_coder: one tag per tool, triggered by the call prefix."""
-    tags = [
-        _tag(prefix + tool["function"]["name"] + suffix, _schema(tool, style), end)
-        for tool in tools
-    ]
-    if choice == "forced":
-        return tags[0]
-    return _triggered([trigger], tags, choice == "required", list(THINK_TOKENS))
-
-
-def _llama(tools: list[dict], choice: str) -> dict:
-    return _prefixed(
-        tools,
-        choice,
-        prefix='{"name": "',
-        suffix='", "parameters": ',
-        end="}",
-        trigger='{"name": ',
-        style="json",
-    )
-
-
-def _qwen3_coder(tools: list[dict], choice: str) -> dict:
-    return _prefixed(
-        tools,
-        choice,
-        prefix="<tool_call>\n<function=",
-        suffix=">\n",
-        end="\n</function>\n</tool_call>",
-        trigger="<tool_call>\n<function=",
-        style="qwen_xml",
-    )
-
-
-# A tool parser's ``structural_tag_model`` -> the builder of its tags.
-BUILDERS = {"hermes": _hermes, "llama": _llama, "qwen_3_coder": _qwen3_coder}
-
-
 def structural_tag(
     model: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool | None = True
 ) -> dict:
@@ -397,8 +293,8 @@ def structural_tag(
     else:
         choice = "required" if tool_choice == "required" else "auto"
     tag = BUILDERS[model](tools, choice)
-    if parallel_tool_calls is False and tag["type"] in ("triggered_tags", "tags_with_separator"):
-        tag["stop_after_first"] = True
+    if parallel_tool_calls is False:
+        single_call(tag)
     return {"type": "structural_tag", "format": tag}
 
 

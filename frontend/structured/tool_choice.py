@@ -103,7 +103,8 @@ def adjust_request(
         single_call = parallel_tool_calls is False and not (
             auto and (has_structured_outputs or response_format_type not in (None, "text"))
         )
-        if not auto or any_strict or single_call:
+        function_level = tool_parser.default_tool_strict_level == "function"
+        if not auto or any_strict or single_call or function_level:
             out.structural_tag_model = tool_parser.structural_tag_model
             out.json_schema = None  # the tag replaces any structured output
             if not (

@@ -408,7 +408,7 @@ class GrammarParser:
             return None
         slot = self._slots[idx]
         try:
-            current = converter(slot.args, True)
+            current = self._convert_args(slot.args, True)
         except (ValueError, TypeError):
             return None
         if not current:
@@ -427,13 +427,19 @@ class GrammarParser:
             return piece
         return None
 
+    def _convert_args(self, raw: str, partial: bool) -> str:
+        """The grammar's ``arg_converter`` (a parser may wrap it)."""
+        converter = self.grammar.arg_converter
+        assert converter is not None
+        return converter(raw, partial)
+
     def _flush_converted_args(self, idx: int) -> str | None:
         converter = self.grammar.arg_converter
         if converter is None:
             return None
         slot = self._slots[idx]
         try:
-            final = converter(slot.args, False)
+            final = self._convert_args(slot.args, False)
         except (ValueError, TypeError):
             return None
         if final:
@@ -478,7 +484,7 @@ class GrammarParser:
                 converter = self.grammar.arg_converter
                 if converter is not None:
                     try:
-                        args = converter(raw, False)
+                        args = self._convert_args(raw, False)
                     except (ValueError, TypeError):
                         args = self._args_json(raw, name)
                 else:

@@ -35,8 +35,11 @@ class ToolParser:
     # parser with a structural tag model.
     supports_required_and_named: ClassVar[bool] = True
     # xgrammar structural tag format that constrains this parser's calls (a
-    # key of frontend.structured.structural_tag.BUILDERS).
+    # key of frontend.structured.tool_tags.BUILDERS).
     structural_tag_model: ClassVar[str | None] = None
+    # vLLM's default_tool_strict_level: "function" constrains tool_choice
+    # "auto" calls with the structural tag even without strict tools.
+    default_tool_strict_level: ClassVar[str | None] = None
     # When adjust_request sets skip_special_tokens=False: "with_tools"
     # (tools given and tool_choice != "none"), "always", or None.
     keeps_special_tokens: ClassVar[str | None] = None

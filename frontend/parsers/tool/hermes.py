@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import ClassVar
 
 from frontend.parsers.text_so_far import TextSoFarToolParser
 from frontend.parsers.tool.base import is_complete_json, partial_tag_overlap
@@ -36,7 +37,9 @@ _ARGS_RE = re.compile(r'"arguments"\s*:\s*')
 
 
 class HermesToolParser(TextSoFarToolParser):
-    structural_tag_model = "hermes"
+    structural_tag_model: ClassVar[str | None] = "hermes"
+    start_tag: ClassVar[str] = START
+    end_tag: ClassVar[str] = END
     supports_required_and_named = False
     keeps_special_tokens = "with_tools"
 
@@ -45,11 +48,12 @@ class HermesToolParser(TextSoFarToolParser):
         self._sent_content_end = 0
 
     def extract(self, text: str) -> ExtractedToolCalls:
-        if START not in text:
+        start = self.start_tag
+        if start not in text:
             return ExtractedToolCalls(False, [], text)
         try:
             calls = []
-            for body in _bodies(text):
+            for body in _bodies(text, start, self.end_tag):
                 obj = json.loads(body)
                 name = obj["name"]
                 if not isinstance(name, str):
@@ -61,7 +65,7 @@ class HermesToolParser(TextSoFarToolParser):
                 )
         except Exception:  # any malformed call: the output is plain content
             return ExtractedToolCalls(False, [], text)
-        content = text[: text.find(START)]
+        content = text[: text.find(start)]
         return ExtractedToolCalls(True, calls, content or None)
 
     def extract_streaming(
@@ -81,7 +85,7 @@ class HermesToolParser(TextSoFarToolParser):
     def _stream_step(self, text: str) -> ParsedDelta | None:
         content = self._new_content(text)
         deltas: list[DeltaToolCall] = []
-        for i, (body, complete) in enumerate(_partial_bodies(text)):
+        for i, (body, complete) in enumerate(_partial_bodies(text, self.start_tag, self.end_tag)):
             if i >= len(self.prev_tool_call_arr):
                 self.prev_tool_call_arr.append({})
                 self.streamed_args_for_tool.append("")
@@ -107,8 +111,8 @@ class HermesToolParser(TextSoFarToolParser):
 
     def _new_content(self, text: str) -> str | None:
         """Unsent text before the first tag, minus a tail that may start one."""
-        start = text.find(START)
-        end = start if start >= 0 else len(text) - partial_tag_overlap(text, START)
+        start = text.find(self.start_tag)
+        end = start if start >= 0 else len(text) - partial_tag_overlap(text, self.start_tag)
         if end > self._sent_content_end:
             content = text[self._sent_content_end : end]
             self._sent_content_end = end
@@ -116,34 +120,34 @@ class HermesToolParser(TextSoFarToolParser):
         return None
 
 
-def _bodies(text: str) -> list[str]:
+def _bodies(text: str, open_tag: str, close_tag: str) -> list[str]:
     """Each call's text: up to its end tag, or to the end of the output."""
     bodies = []
     pos = 0
-    while (start := text.find(START, pos)) >= 0:
-        body_start = start + len(START)
-        end = text.find(END, body_start)
+    while (start := text.find(open_tag, pos)) >= 0:
+        body_start = start + len(open_tag)
+        end = text.find(close_tag, body_start)
         if end < 0:
             bodies.append(text[body_start:])
             break
         bodies.append(text[body_start:end])
-        pos = end + len(END)
+        pos = end + len(close_tag)
     return bodies
 
 
-def _partial_bodies(text: str) -> list[tuple[str, bool]]:
+def _partial_bodies(text: str, open_tag: str, close_tag: str) -> list[tuple[str, bool]]:
     """(stripped JSON text, complete) for each call so far."""
     results = []
     pos = 0
-    while (start := text.find(START, pos)) >= 0:
-        body_start = start + len(START)
-        end = text.find(END, body_start)
+    while (start := text.find(open_tag, pos)) >= 0:
+        body_start = start + len(open_tag)
+        end = text.find(close_tag, body_start)
         if end >= 0:
             results.append((text[body_start:end].strip(), True))
-            pos = end + len(END)
+            pos = end + len(close_tag)
             continue
         raw = text[body_start:]
-        overlap = partial_tag_overlap(raw, END)
+        overlap = partial_tag_overlap(raw, close_tag)
         if overlap:
             raw = raw[:-overlap]
         body = raw.strip()

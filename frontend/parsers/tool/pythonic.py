@@ -62,12 +62,20 @@ class PythonicToolParser(TextSoFarToolParser):
         except Exception:
             return None
 
+    # What the closing of an unfinished last call adds at the end (the list's
+    # bracket too; olmo3's calls are not in a list).
+    call_closer = ")]"
+
+    def _call_list(self, valid_text: str) -> str:
+        return valid_text
+
     def _stream_step(self, text: str) -> ParsedDelta | None:
         closed = close_python(text)
         if closed is None:
             return None
         valid_text, added = closed
-        calls = _calls(valid_text)
+        calls = _calls(self._call_list(valid_text))
+        tail = len(self.call_closer)
         deltas = []
         for index, call in enumerate(calls):
             if index < self._current_index:
@@ -75,12 +83,12 @@ class PythonicToolParser(TextSoFarToolParser):
             self._current_index = index
             if len(self.streamed_args_for_tool) == index:
                 self.streamed_args_for_tool.append("")
-            call_complete = index < len(calls) - 1 or ")]" not in added
+            call_complete = index < len(calls) - 1 or self.call_closer not in added
             if call_complete:
                 self._current_index += 1
             # JSON of what the closing added: the object's "}" stands for ")"
-            withheld = added[:-2] if not call_complete else ""
-            if not call_complete and added[-2] == ")":
+            withheld = added[:-tail] if not call_complete else ""
+            if not call_complete and added[-tail] == ")":
                 withheld += "}"
             withheld = withheld.replace("'", '"')
             delta = _call_delta(self.streamed_args_for_tool[index], call, index, withheld)

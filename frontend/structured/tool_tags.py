@@ -1,0 +1,408 @@
+"""Tool calls' structural tags: one builder per ``structural_tag_model``.
+
+A tool parser's ``structural_tag_model`` names a key of :data:`BUILDERS`:
+``builder(tools, choice)`` -> the tag's ``format`` as vLLM 0.32 dumps it
+(xgrammar's builtin templates, or those vLLM registers), key order
+included; ``choice`` is "auto", "required" or "forced" (a named tool, the
+only one in ``tools``).  :func:`frontend.structured.structural_tag.structural_tag`
+selects the tools and applies ``parallel_tool_calls``.  Only the function
+tools' own ``strict`` pins argument schemas (``--tool-strict-level auto``);
+others are constrained to any JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+THINK_TOKENS = ["<think>", "</think>"]
+
+
+def _schema(tool: dict, style: str) -> dict:
+    function = tool.get("function") or {}
+    strict = function.get("strict") is True
+    params = function.get("parameters")
+    return {
+        "type": "json_schema",
+        "json_schema": params if strict and params is not None else True,
+        "style": style,
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
+
+
+def _tag(begin: str, content: dict, end: str) -> dict:
+    return {"type": "tag", "begin": begin, "content": content, "end": end}
+
+
+def _triggered(
+    triggers: list[str], tags: list[dict], at_least_one: bool, excludes: list[str]
+) -> dict:
+    return {
+        "type": "triggered_tags",
+        "triggers": triggers,
+        "tags": tags,
+        "at_least_one": at_least_one,
+        "stop_after_first": False,
+        "excludes": excludes,
+    }
+
+
+def _separated(tags: list[dict], stop_after_first: bool) -> dict:
+    return {
+        "type": "tags_with_separator",
+        "tags": tags,
+        "separator": "",
+        "at_least_one": True,
+        "stop_after_first": stop_after_first,
+    }
+
+
+def _hermes(tools: list[dict], choice: str) -> dict:
+    return _hermes_style(tools, choice, "<tool_call>", "</tool_call>")
+
+
+def _longcat(tools: list[dict], choice: str) -> dict:
+    return _hermes_style(tools, choice, "<longcat_tool_call>", "</longcat_tool_call>")
+
+
+def _hermes_style(tools: list[dict], choice: str, start: str, end: str) -> dict:
+    tags = [
+        _tag(begin + tool["function"]["name"] + '", "arguments": ', _schema(tool, "json"), close)
+        for tool in tools
+        for begin, close in (
+            (start + '\n{"name": "', "}\n" + end),
+            (start + '{"name": "', "}" + end),
+        )
+    ]
+    if choice == "auto":
+        return _triggered([start], tags, False, [])
+    return _separated(tags, stop_after_first=choice == "forced")
+
+
+def _prefixed(
+    tools: list[dict],
+    choice: str,
+    *,
+    prefix: str,
+    suffix: str,
+    end: str,
+    trigger: str,
+    style: str,
+    excludes: tuple[str, ...] = tuple(THINK_TOKENS),
+) -> dict:
+    """llama, qwen_3_coder, mimo: one tag per tool, triggered by the call prefix."""
+    tags = [
+        _tag(prefix + tool["function"]["name"] + suffix, _schema(tool, style), end)
+        for tool in tools
+    ]
+    if choice == "forced":
+        return tags[0]
+    return _triggered([trigger], tags, choice == "required", list(excludes))
+
+
+def _mimo(tools: list[dict], choice: str) -> dict:
+    return _prefixed(
+        tools,
+        choice,
+        prefix="<tool_call><function=",
+        suffix=">",
+        end="</function></tool_call>",
+        trigger="<tool_call>",
+        style="qwen_xml",
+        excludes=(*THINK_TOKENS, "</tool_call>", "<function="),
+    )
+
+
+def _llama(tools: list[dict], choice: str) -> dict:
+    return _prefixed(
+        tools,
+        choice,
+        prefix='{"name": "',
+        suffix='", "parameters": ',
+        end="}",
+        trigger='{"name": ',
+        style="json",
+    )
+
+
+def _qwen3_coder(tools: list[dict], choice: str) -> dict:
+    return _prefixed(
+        tools,
+        choice,
+        prefix="<tool_call>\n<function=",
+        suffix=">\n",
+        end="\n</function>\n</tool_call>",
+        trigger="<tool_call>\n<function=",
+        style="qwen_xml",
+    )
+
+
+_DS_CALLS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+_DS_CALL = ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
+_DS_SEP = "<｜tool▁sep｜>"
+
+
+def _deepseek(tools: list[dict], choice: str, begin: str, end: str, separator: str) -> dict:
+    """deepseek_r1 and deepseek_v3_1 (xgrammar's builtins): the calls inside
+    the calls markers; ``begin`` has ``{name}``."""
+    tags = [
+        _tag(
+            _DS_CALL[0] + begin.format(name=tool["function"]["name"]),
+            _schema(tool, "json"),
+            end + _DS_CALL[1],
+        )
+        for tool in tools
+    ]
+    if choice == "forced":
+        tag = tags[0]
+        return _tag(_DS_CALLS[0] + tag["begin"], tag["content"], tag["end"] + _DS_CALLS[1])
+    calls = _tag(
+        _DS_CALLS[0],
+        {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": separator,
+            "at_least_one": True,
+            "stop_after_first": False,
+        },
+        _DS_CALLS[1],
+    )
+    if choice == "required":
+        return calls
+    return _triggered([_DS_CALLS[0]], [calls], False, list(THINK_TOKENS))
+
+
+def _deepseek_r1(tools: list[dict], choice: str) -> dict:
+    return _deepseek(tools, choice, "function" + _DS_SEP + "{name}\n```json\n", "\n```", "\n")
+
+
+def _deepseek_v3_1(tools: list[dict], choice: str) -> dict:
+    return _deepseek(tools, choice, "{name}" + _DS_SEP, "", "")
+
+
+_KIMI_SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
+_KIMI_CALL = "<|tool_call_begin|>"
+
+
+def _kimi(tools: list[dict], choice: str) -> dict:
+    """xgrammar's kimi: ``functions.NAME:N`` headers in the calls section."""
+    tags = [
+        _tag(
+            _KIMI_CALL + "functions." + tool["function"]["name"] + ":",
+            {
+                "type": "sequence",
+                "elements": [
+                    {"type": "regex", "pattern": "\\d+"},
+                    {"type": "const_string", "value": "<|tool_call_argument_begin|>"},
+                    _schema(tool, "json"),
+                ],
+            },
+            "<|tool_call_end|>",
+        )
+        for tool in tools
+    ]
+    calls: dict = {
+        "type": "tags_with_separator",
+        "tags": tags,
+        "separator": "",
+        "at_least_one": True,
+        "stop_after_first": False,
+    }
+    if choice == "auto":
+        section = _tag(_KIMI_SECTION[0], calls, _KIMI_SECTION[1])
+        return _triggered([_KIMI_SECTION[0]], [section], False, [*THINK_TOKENS, _KIMI_CALL])
+    return {
+        "type": "sequence",
+        "elements": [
+            {"type": "const_string", "value": _KIMI_SECTION[0]},
+            tags[0] if choice == "forced" else calls,
+            {"type": "const_string", "value": _KIMI_SECTION[1]},
+        ],
+    }
+
+
+def _invoke_blocks(
+    tools: list[dict], choice: str, *, invoke: str, end: str, style: str, block: tuple[str, str]
+) -> dict:
+    """minimax and deepseek_v3_2: ``<invoke name="NAME">`` calls in one block;
+    ``block`` is (its begin, its end), the trigger its begin without the newline."""
+    tags = [
+        _tag(invoke + tool["function"]["name"] + '">\n', _schema(tool, style), end)
+        for tool in tools
+    ]
+    calls = _separated(tags, stop_after_first=choice == "forced")
+    if choice == "auto":
+        wrapped = _tag(block[0], calls, block[1])
+        return _triggered([block[0].rstrip("\n")], [wrapped], False, list(THINK_TOKENS))
+    return {"type": "sequence", "elements": [calls, {"type": "const_string", "value": block[1]}]}
+
+
+def _minimax(tools: list[dict], choice: str) -> dict:
+    """vLLM's minimax."""
+    tag = _invoke_blocks(
+        tools,
+        choice,
+        invoke='<invoke name="',
+        end="</invoke>\n",
+        style="minimax_xml",
+        block=("<minimax:tool_call>\n", "</minimax:tool_call>"),
+    )
+    if choice != "auto":
+        tag["elements"].insert(0, {"type": "const_string", "value": "\n<minimax:tool_call>\n"})
+    return tag
+
+
+def _deepseek_v3_2(tools: list[dict], choice: str) -> dict:
+    """xgrammar's deepseek_v3_2 (DSML); a forced call is its tag alone."""
+    begin = "<｜DSML｜function_calls>\n"
+    tag = _invoke_blocks(
+        tools,
+        choice,
+        invoke='<｜DSML｜invoke name="',
+        end="</｜DSML｜invoke>\n",
+        style="deepseek_xml",
+        block=(begin, "</｜DSML｜function_calls>"),
+    )
+    if choice != "auto":
+        if choice == "forced":
+            tag["elements"][0] = tag["elements"][0]["tags"][0]
+        tag["elements"].insert(0, {"type": "const_string", "value": "\n\n" + begin})
+    return tag
+
+
+_GLM_CONTROL = [
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+]
+# Free text may start a call: the trigger is not excluded.
+_GLM_TEXT = [t for t in _GLM_CONTROL if t != "<tool_call>"]
+
+
+def _glm_any_text() -> dict:
+    return {
+        "type": "any_text",
+        "excludes": list(_GLM_CONTROL),
+        "max_tokens": None,
+        "max_chars": None,
+    }
+
+
+def _glm_or(formats: list[dict]) -> dict:
+    return formats[0] if len(formats) == 1 else {"type": "or", "elements": formats}
+
+
+def _glm_value(prop: dict) -> dict:
+    """One argument value's format: the enum, else its basic JSON type(s)."""
+    if "enum" in prop:
+        return _glm_or(
+            [
+                {"type": "const_string", "value": v if isinstance(v, str) else json.dumps(v)}
+                for v in prop["enum"]
+            ]
+        )
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        formats = [_glm_value({"type": t}) for t in kind if t != "string"]
+        if "string" in kind:
+            formats.append(_glm_any_text())
+        return _glm_or(formats)
+    if kind in (None, "string"):
+        return _glm_any_text()
+    return {
+        "type": "json_schema",
+        "json_schema": {"type": kind},
+        "style": "json",
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
+
+
+def _glm_shallow(tool: dict) -> dict:
+    """A non-strict tool: its keys and their values' basic types."""
+    function = tool["function"]
+    params = function.get("parameters") or {}
+    properties = params.get("properties")
+    begin, end = "<tool_call>" + function["name"], "</tool_call>"
+    if (
+        not isinstance(properties, dict)
+        or not properties
+        or params.get("additionalProperties") is True
+        or any(k in params for k in ("$ref", "allOf", "anyOf", "oneOf", "patternProperties"))
+    ):
+        return _tag(begin, {**_schema(tool, "glm_xml"), "json_schema": True}, end)
+    pairs = [
+        {
+            "type": "sequence",
+            "elements": [
+                {"type": "const_string", "value": f"<arg_key>{key}</arg_key><arg_value>"},
+                _glm_value(prop),
+                {"type": "const_string", "value": "</arg_value>"},
+            ],
+        }
+        for key, prop in properties.items()
+    ]
+    return _tag(begin, {"type": "star", "content": _glm_or(pairs)}, end)
+
+
+def _glm_4_7(tools: list[dict], choice: str) -> dict:
+    """vLLM's glm_4_7: xgrammar's builtin when every tool is strict, else
+    shallow tags for the non-strict ones."""
+    strict = [(tool.get("function") or {}).get("strict") is True for tool in tools]
+    if tools and all(strict):
+        tags = [
+            _tag("<tool_call>" + t["function"]["name"], _schema(t, "glm_xml"), "</tool_call>")
+            for t in tools
+        ]
+        if choice == "forced":
+            return tags[0]
+        return _triggered(["<tool_call>"], tags, choice == "required", list(_GLM_TEXT))
+    tags = [
+        _tag("<tool_call>" + t["function"]["name"], _schema(t, "glm_xml"), "</tool_call>")
+        if is_strict
+        else _glm_shallow(t)
+        for t, is_strict in zip(tools, strict)
+    ]
+    if choice == "auto":
+        return _triggered(["<tool_call>"], tags, False, list(_GLM_TEXT))
+    return _separated(tags, stop_after_first=choice == "forced")
+
+
+# A tool parser's ``structural_tag_model`` -> the builder of its tags.
+BUILDERS = {
+    "deepseek_r1": _deepseek_r1,
+    "deepseek_v3_1": _deepseek_v3_1,
+    "deepseek_v3_2": _deepseek_v3_2,
+    "glm_4_7": _glm_4_7,
+    "hermes": _hermes,
+    "kimi": _kimi,
+    "llama": _llama,
+    "longcat": _longcat,
+    "mimo": _mimo,
+    "minimax": _minimax,
+    "qwen_3_coder": _qwen3_coder,
+}
+
+# Formats that repeat tool calls: parallel_tool_calls=false stops each after
+# its first call (vLLM's limit_to_single_tool_call, at any depth).
+_CALL_LISTS = ("triggered_tags", "token_triggered_tags", "tags_with_separator")
+
+
+def single_call(node: Any) -> None:
+    """Stop every call list in ``node`` after its first call, in place."""
+    if isinstance(node, dict):
+        if node.get("type") in _CALL_LISTS:
+            node["stop_after_first"] = True
+        for value in node.values():
+            single_call(value)
+    elif isinstance(node, list):
+        for item in node:
+            single_call(item)

@@ -1,0 +1,97 @@
+"""The tiny model's tokenizer with more parsers' marker tokens added.
+
+The tiny model has the markers of the first parsers (``<tool_call>``,
+``[TOOL_CALLS]``, ...).  Other families key on their own tokens
+(DeepSeek's ``<｜tool▁calls▁begin｜>``, ...); a parser that looks up their
+ids needs them in the vocabulary.  :func:`marker_tokenizer_dir` writes a
+tokenizer-only copy of the tiny model with :data:`MARKERS` appended as added
+tokens (never split), special or not as in the real models' tokenizers, so
+vLLM's parsers and ours see the same ids.  Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+# (text, special) appended in this order after the tiny model's tokens.
+MARKERS: list[tuple[str, bool]] = [
+    # DeepSeek V3 / V3.1 (plain added tokens in their tokenizer_config).
+    ("<｜tool▁calls▁begin｜>", False),
+    ("<｜tool▁calls▁end｜>", False),
+    ("<｜tool▁call▁begin｜>", False),
+    ("<｜tool▁call▁end｜>", False),
+    ("<｜tool▁sep｜>", False),
+    # Kimi K2 (special tokens).
+    ("<|tool_calls_section_begin|>", True),
+    ("<|tool_calls_section_end|>", True),
+    ("<|tool_call_begin|>", True),
+    ("<|tool_call_end|>", True),
+    ("<|tool_call_argument_begin|>", True),
+    # MiniMax-M2.
+    ("<minimax:tool_call>", False),
+    ("</minimax:tool_call>", False),
+    # InternLM2 (special tokens).
+    ("<|action_start|>", True),
+    ("<|action_end|>", True),
+    ("<|plugin|>", True),
+    # Llama 4 (special tokens).
+    ("<|python_start|>", True),
+    ("<|python_end|>", True),
+    # Seed-OSS.
+    ("<seed:think>", False),
+    ("</seed:think>", False),
+    ("<seed:tool_call>", False),
+    ("</seed:tool_call>", False),
+    ("<seed:bos>", True),
+    ("<seed:eos>", True),
+    # ERNIE 4.5.
+    ("<response>", False),
+    ("</response>", False),
+    # GigaChat 3 (special tokens).
+    ("<|message_sep|>", True),
+    ("<|role_sep|>", True),
+    ("<|function_call|>", True),
+    # Jamba.
+    ("<tool_calls>", False),
+    ("</tool_calls>", False),
+    # Step-3 (special tokens).
+    ("<｜tool_calls_begin｜>", True),
+    ("<｜tool_calls_end｜>", True),
+    ("<｜tool_call_begin｜>", True),
+    ("<｜tool_call_end｜>", True),
+    ("<｜tool_sep｜>", True),
+    # LongCat-Flash.
+    ("<longcat_tool_call>", False),
+    ("</longcat_tool_call>", False),
+]
+
+FILES = ("tokenizer.json", "tokenizer_config.json", "config.json", "special_tokens_map.json")
+
+
+def marker_tokenizer_dir(tiny_model_dir: Path, out: Path) -> Path:
+    """Write the tokenizer files of ``tiny_model_dir`` plus :data:`MARKERS` to ``out``."""
+    from tokenizers import AddedToken, Tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        if (tiny_model_dir / name).exists():
+            shutil.copy(tiny_model_dir / name, out / name)
+    tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
+    config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
+    decoder = config.setdefault("added_tokens_decoder", {})
+    for text, special in MARKERS:
+        token = AddedToken(text, special=special, normalized=False)
+        if special:
+            tokenizer.add_special_tokens([token])
+        else:
+            tokenizer.add_tokens([token])
+        decoder[str(tokenizer.token_to_id(text))] = {
+            "content": text, "lstrip": False, "normalized": False, "rstrip": False,
+            "single_word": False, "special": special,
+        }
+    tokenizer.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False),
+                                               encoding="utf-8")
+    return out
