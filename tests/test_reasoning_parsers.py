@@ -14,7 +14,7 @@ import pytest
 
 from frontend.model import load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
-from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ
+from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, tokenizer_dir
 
 OFF = {"enable_thinking": False}
 CLOSED = "<think>\n\n</think>\n\n"  # what the template adds for enable_thinking=false
@@ -122,24 +122,8 @@ MISTRAL_STACKS = [(None, "mistral"), ("mistral", "mistral"), ("mistral", None),
 @pytest.fixture(scope="module")
 def magistral_dir(tiny_model_dir, tmp_path_factory):
     """The tiny model's tokenizer with Magistral's [THINK]/[/THINK] special tokens."""
-    import json
-    import shutil
-
-    from tokenizers import AddedToken, Tokenizer
-
-    target = tmp_path_factory.mktemp("magistral")
-    for name in ("config.json", "generation_config.json", "special_tokens_map.json"):
-        shutil.copy(tiny_model_dir / name, target / name)
-    tokenizer = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
-    config = json.loads((tiny_model_dir / "tokenizer_config.json").read_text())
-    for text in ("[THINK]", "[/THINK]"):
-        tokenizer.add_special_tokens([AddedToken(text, special=True, normalized=False)])
-        config["added_tokens_decoder"][str(tokenizer.token_to_id(text))] = {
-            "content": text, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": True}
-    tokenizer.save(str(target / "tokenizer.json"))
-    (target / "tokenizer_config.json").write_text(json.dumps(config))
-    return target
+    return tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("magistral"),
+                         {"[THINK]": True, "[/THINK]": True})
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +149,66 @@ def test_mistral_without_think_token_matches_vllm(differ, case):
     differ.compare_whole("mistral", "mistral", case)
     for chunking in CHUNKINGS:
         differ.compare_stream("mistral", "mistral", case, chunking)
+
+
+# ---------------------------------------------------------------- the <think> family
+# Each parser over the common outputs and its own, under the chat template
+# kwargs that switch its modes, on the tiny tokenizer with the extra marker
+# tokens some of them key on.
+
+FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False}
+ERNIE = [
+    Case("response-block", "abc\n</think>\n\n<response>\ndef\n</response>\n", tools=None),
+    Case("plain-after-end", "abc\n</think>\ndef", tools=None),
+    Case("response-unclosed", "abc</think>\n<response>def", tools=None),
+    Case("response-close-only", "abc</think>def</response>\n", tools=None),
+    Case("response-reversed", "abc</think></response>x<response>y", tools=None),
+]
+POOLSIDE = [
+    Case("prompt-old-end", "plan</think>Answer", tools=None, prompt_suffix="</think><assistant>"),
+    Case("prompt-own-end", "Answer", tools=None, prompt_suffix="<assistant></think>"),
+]
+APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
+THINKING = {"thinking": True}
+FAMILY = {
+    "deepseek_v3": ([None, THINKING, {"enable_thinking": True}, {"thinking": False}], []),
+    "holo2": ([None, {"thinking": False}, {"enable_thinking": False}, THINKING], []),
+    "poolside_v1": ([None, THINKING], POOLSIDE),
+    "hy_v3": ([None, {"reasoning_effort": "high"}, {"reasoning_effort": "no_think"}], []),
+    "ernie45": ([None], ERNIE),
+    "step3": ([None], []),
+    "minimax_m2_append_think": ([None], APPEND),
+}
+
+
+def _with_kwargs(case: Case, kwargs: dict | None) -> Case:
+    if kwargs is None:
+        return case
+    merged = {**(case.chat_template_kwargs or {}), **kwargs}
+    return dataclasses.replace(case, id=f"{case.id}-{'-'.join(map(str, kwargs.values()))}",
+                               chat_template_kwargs=merged)
+
+
+FAMILY_CASES = [(parser, _with_kwargs(case, kwargs))
+                for parser, (modes, own) in FAMILY.items()
+                for kwargs in modes for case in COMMON + own]
+
+
+@pytest.fixture(scope="module")
+def family(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("family"), FAMILY_TOKENS)
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("parser, case", FAMILY_CASES, ids=[f"{p}-{c}" for p, c in FAMILY_CASES])
+def test_think_family_matches_vllm(family, parser, case):
+    family.compare_whole(None, parser, case)
+    for chunking in CHUNKINGS:
+        family.compare_stream(None, parser, case, chunking)
+    prompt = family.prompt_ids(case)
+    vparser, _ = family.vllm_parser(None, parser, case)
+    ours = ChatParsers(family.tokenizer, reasoning_parser=parser)
+    assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == (
+        vparser.is_reasoning_end(prompt))

@@ -29,8 +29,15 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
 
 REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "deepseek_r1": ("deepseek_r1", "DeepSeekR1ReasoningParser"),
+    "deepseek_v3": ("deepseek_v3", "DeepSeekV3ReasoningParser"),
+    "ernie45": ("ernie45", "Ernie45ReasoningParser"),
+    "holo2": ("deepseek_v3", "DeepSeekV3ReasoningWithThinkingParser"),
+    "hy_v3": ("hy_v3", "HYV3ReasoningParser"),
+    "minimax_m2_append_think": ("minimax_m2_append_think", "MiniMaxM2AppendThinkReasoningParser"),
     "mistral": ("mistral", "MistralReasoningParser"),
+    "poolside_v1": ("poolside_v1", "PoolsideV1ReasoningParser"),
     "qwen3": ("qwen3", "Qwen3ReasoningParser"),
+    "step3": ("step3", "Step3ReasoningParser"),
 }
 
 

@@ -35,11 +35,15 @@ class ParserTokenizer:
         vocab: dict[str, int],
         special_tokens: dict[str, int],
         decode: Callable[[list[int]], str],
+        init_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.vocab = vocab
         # text -> id, as transformers' all_special_tokens / all_special_ids.
         self.special_tokens = special_tokens
         self._decode = decode
+        # tokenizer_config.json (transformers' init_kwargs), for the few
+        # parsers that read a setting there (hy_v3's token_suffix).
+        self.init_kwargs = init_kwargs or {}
         self._texts: dict[int, str] = {}
         # What parsers derive from the tokenizer once (grammar tables).
         self.cache: dict = {}
@@ -62,7 +66,7 @@ class ParserTokenizer:
             token_id = vocab.get(text)
             if token_id is not None:
                 special.setdefault(text, token_id)
-        return cls(vocab, special, model.decode)
+        return cls(vocab, special, model.decode, model.tokenizer_config)
 
 
 def _special_token_texts(config: dict[str, Any]) -> list[str]:
