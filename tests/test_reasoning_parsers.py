@@ -156,7 +156,9 @@ def test_mistral_without_think_token_matches_vllm(differ, case):
 # kwargs that switch its modes, on the tiny tokenizer with the extra marker
 # tokens some of them key on.
 
-FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False}
+FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False,
+                 "<seed:think>": False, "</seed:think>": False, "<seed:tool_call>": False,
+                 "</seed:tool_call>": False}
 ERNIE = [
     Case("response-block", "abc\n</think>\n\n<response>\ndef\n</response>\n", tools=None),
     Case("plain-after-end", "abc\n</think>\ndef", tools=None),
@@ -178,7 +180,20 @@ FAMILY = {
     "ernie45": ([None], ERNIE),
     "step3": ([None], []),
     "minimax_m2_append_think": ([None], APPEND),
+    "mimo": ([None, {"enable_thinking": True}], []),
+    "step3p5": ([None], []),
 }
+SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",
+        "</tool_call>": "</seed:tool_call>"}
+
+
+def _seed(case: Case) -> Case:
+    """The case with Seed-OSS's markers for Qwen3's."""
+    def swap(text: str) -> str:
+        for qwen, seed in SEED.items():
+            text = text.replace(qwen, seed)
+        return text
+    return dataclasses.replace(case, text=swap(case.text), prompt_suffix=swap(case.prompt_suffix))
 
 
 def _with_kwargs(case: Case, kwargs: dict | None) -> Case:
@@ -192,6 +207,7 @@ def _with_kwargs(case: Case, kwargs: dict | None) -> Case:
 FAMILY_CASES = [(parser, _with_kwargs(case, kwargs))
                 for parser, (modes, own) in FAMILY.items()
                 for kwargs in modes for case in COMMON + own]
+FAMILY_CASES += [("seed_oss", _seed(case)) for case in COMMON]
 
 
 @pytest.fixture(scope="module")

@@ -33,11 +33,14 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "ernie45": ("ernie45", "Ernie45ReasoningParser"),
     "holo2": ("deepseek_v3", "DeepSeekV3ReasoningWithThinkingParser"),
     "hy_v3": ("hy_v3", "HYV3ReasoningParser"),
+    "mimo": ("mimo", "MiMoReasoningParser"),
     "minimax_m2_append_think": ("minimax_m2_append_think", "MiniMaxM2AppendThinkReasoningParser"),
     "mistral": ("mistral", "MistralReasoningParser"),
     "poolside_v1": ("poolside_v1", "PoolsideV1ReasoningParser"),
     "qwen3": ("qwen3", "Qwen3ReasoningParser"),
+    "seed_oss": ("seed_oss", "SeedOssReasoningParser"),
     "step3": ("step3", "Step3ReasoningParser"),
+    "step3p5": ("step3p5", "Step3p5ReasoningParser"),
 }
 
 
