@@ -170,6 +170,11 @@ POOLSIDE = [
     Case("prompt-old-end", "plan</think>Answer", tools=None, prompt_suffix="</think><assistant>"),
     Case("prompt-own-end", "Answer", tools=None, prompt_suffix="<assistant></think>"),
 ]
+GLM = [
+    Case("glm-call", "plan<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris"
+         "</arg_value></tool_call>", tools=None),
+    Case("glm-reopen", "a</think>b<think>c</think>d<tool_call>x</tool_call>", tools=None),
+]
 APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
 THINKING = {"thinking": True}
 FAMILY = {
@@ -182,6 +187,9 @@ FAMILY = {
     "minimax_m2_append_think": ([None], APPEND),
     "mimo": ([None, {"enable_thinking": True}], []),
     "step3p5": ([None], []),
+    "glm45": ([None, {"thinking": False}, {"enable_thinking": True}], GLM),
+    "glm47": ([None], GLM),
+    "ling3": ([None, {"thinking": False}], GLM),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",
         "</tool_call>": "</seed:tool_call>"}
