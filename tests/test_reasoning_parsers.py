@@ -158,7 +158,10 @@ def test_mistral_without_think_token_matches_vllm(differ, case):
 
 FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False,
                  "<seed:think>": False, "</seed:think>": False, "<seed:tool_call>": False,
-                 "</seed:tool_call>": False}
+                 "</seed:tool_call>": False, "<|tool_calls_section_begin|>": True,
+                 "<|tool_calls_section_end|>": True, "<|tool_call_begin|>": True,
+                 "<|tool_call_end|>": True, "<|tool_call_argument_begin|>": True,
+                 "<minimax:tool_call>": False, "</minimax:tool_call>": False}
 ERNIE = [
     Case("response-block", "abc\n</think>\n\n<response>\ndef\n</response>\n", tools=None),
     Case("plain-after-end", "abc\n</think>\ndef", tools=None),
@@ -175,6 +178,18 @@ GLM = [
          "</arg_value></tool_call>", tools=None),
     Case("glm-reopen", "a</think>b<think>c</think>d<tool_call>x</tool_call>", tools=None),
 ]
+KIMI = [
+    Case("kimi-section", "plan <|tool_calls_section_begin|><|tool_call_begin|>functions.search:0"
+         '<|tool_call_argument_begin|>{"query": "x"}<|tool_call_end|><|tool_calls_section_end|>'
+         " after", tools=None),
+    Case("kimi-end-then-section", "plan\n</think>\n\nok<|tool_calls_section_begin|>x", tools=None),
+]
+MINIMAX = [
+    Case("minimax-call", 'plan</think>\n<minimax:tool_call>\n<invoke name="search">\n'
+         '<parameter name="query">x</parameter>\n</invoke>\n</minimax:tool_call>', tools=None),
+    Case("minimax-implicit-end", 'plan<minimax:tool_call><invoke name="search"></invoke>'
+         "</minimax:tool_call>tail", tools=None),
+]
 APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
 THINKING = {"thinking": True}
 FAMILY = {
@@ -190,6 +205,8 @@ FAMILY = {
     "glm45": ([None, {"thinking": False}, {"enable_thinking": True}], GLM),
     "glm47": ([None], GLM),
     "ling3": ([None, {"thinking": False}], GLM),
+    "kimi_k2": ([None, {"thinking": False}, {"enable_thinking": False, "thinking": True}], KIMI),
+    "minimax_m2": ([None], MINIMAX),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",
         "</tool_call>": "</seed:tool_call>"}
