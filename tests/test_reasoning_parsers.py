@@ -190,6 +190,17 @@ MINIMAX = [
     Case("minimax-implicit-end", 'plan<minimax:tool_call><invoke name="search"></invoke>'
          "</minimax:tool_call>tail", tools=None),
 ]
+DSML = "｜DSML｜"
+DEEPSEEK_V4 = [
+    Case("dsml-call", f'plan</think>\n\n<{DSML}tool_calls>\n<{DSML}invoke name="search">\n'
+         f'<{DSML}parameter name="query" string="true">x</{DSML}parameter>\n</{DSML}invoke>\n'
+         f"</{DSML}tool_calls>tail", tools=None),
+    Case("dsml-variant-implicit-end", f'plan<{DSML}toolcalls><{DSML}invoke name="x">'
+         f"</{DSML}invoke></{DSML}tool_calls>", tools=None),
+    Case("dsml41-implicit-end", f'plan<{DSML} calls><{DSML} invoke name="x"></{DSML} invoke>'
+         f"</{DSML} calls>tail", tools=None),
+    Case("reopen", "a</think>b<think>c</think>d", tools=None),
+]
 APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
 THINKING = {"thinking": True}
 FAMILY = {
@@ -207,6 +218,9 @@ FAMILY = {
     "ling3": ([None, {"thinking": False}], GLM),
     "kimi_k2": ([None, {"thinking": False}, {"enable_thinking": False, "thinking": True}], KIMI),
     "minimax_m2": ([None], MINIMAX),
+    "deepseek_v4": ([None, {"thinking": False}, {"reasoning_effort": "none"},
+                     {"enable_thinking": True}], DEEPSEEK_V4),
+    "deepseek_v41": ([None, {"thinking": False}], DEEPSEEK_V4),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",
         "</tool_call>": "</seed:tool_call>"}

@@ -30,6 +30,8 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
 REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "deepseek_r1": ("deepseek_r1", "DeepSeekR1ReasoningParser"),
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ReasoningParser"),
+    "deepseek_v4": ("deepseek_v4", "DeepSeekV4ReasoningParser"),
+    "deepseek_v41": ("deepseek_v41", "DeepSeekV41ReasoningParser"),
     "ernie45": ("ernie45", "Ernie45ReasoningParser"),
     "glm45": ("glm47", "Glm47MoeReasoningParser"),
     "glm47": ("glm47", "Glm47MoeReasoningParser"),
