@@ -201,6 +201,12 @@ DEEPSEEK_V4 = [
          f"</{DSML} calls>tail", tools=None),
     Case("reopen", "a</think>b<think>c</think>d", tools=None),
 ]
+FORCE = {"force_nonempty_content": True}
+NEMOTRON = [
+    Case("newline-content", "<think>r\n</think>\n\nanswer\n", tools=None),
+    Case("cut-in-reasoning", "only reasoning, cut", tools=None),
+    Case("newlines-only-content", "r</think>\n\n", tools=None),
+]
 APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
 THINKING = {"thinking": True}
 FAMILY = {
@@ -220,6 +226,8 @@ FAMILY = {
     "minimax_m2": ([None], MINIMAX),
     "deepseek_v4": ([None, {"thinking": False}, {"reasoning_effort": "none"},
                      {"enable_thinking": True}], DEEPSEEK_V4),
+    "nemotron_v3": ([None, OFF, FORCE], NEMOTRON),
+    "granite_thinking_parser": ([None, OFF, FORCE], NEMOTRON),
     "deepseek_v41": ([None, {"thinking": False}], DEEPSEEK_V4),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",

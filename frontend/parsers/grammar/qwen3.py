@@ -95,6 +95,8 @@ SEED_OSS = Variant(
 MIMO = Variant("mimo", arg_converter=verbatim_parameters_to_json)
 # Step-3.5 / Step-3.7: reasoning always on, closed with "\n</think>\n".
 STEP3P5 = Variant("step3p5", strip_trailing_reasoning_ws=True, always_thinking=True)
+# NVIDIA Nemotron 3 (and IBM Granite 4.2 thinking): trailing reasoning whitespace stripped.
+NEMOTRON_V3 = Variant("nemotron_v3", strip_trailing_reasoning_ws=True)
 
 
 @functools.cache
