@@ -161,7 +161,10 @@ FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False
                  "</seed:tool_call>": False, "<|tool_calls_section_begin|>": True,
                  "<|tool_calls_section_end|>": True, "<|tool_call_begin|>": True,
                  "<|tool_call_end|>": True, "<|tool_call_argument_begin|>": True,
-                 "<minimax:tool_call>": False, "</minimax:tool_call>": False}
+                 "<minimax:tool_call>": False, "</minimax:tool_call>": False,
+                 "<ifm|think>": True, "</ifm|think>": True, "<ifm|think_fast>": True,
+                 "</ifm|think_fast>": True, "<ifm|think_faster>": True,
+                 "</ifm|think_faster>": True, "<ifm|tool_calls>": True}
 ERNIE = [
     Case("response-block", "abc\n</think>\n\n<response>\ndef\n</response>\n", tools=None),
     Case("plain-after-end", "abc\n</think>\ndef", tools=None),
@@ -207,6 +210,15 @@ NEMOTRON = [
     Case("cut-in-reasoning", "only reasoning, cut", tools=None),
     Case("newlines-only-content", "r</think>\n\n", tools=None),
 ]
+HORIZON = [
+    Case("horizon-tags", "<ifm|think>plan it</ifm|think>the answer", tools=None),
+    Case("horizon-no-start", "plan it</ifm|think>answer", tools=None),
+    Case("horizon-tool", "<ifm|think>plan<ifm|tool_calls>[{}]", tools=None),
+    Case("horizon-fast", "<ifm|think_fast>quick</ifm|think_fast>done", tools=None),
+    Case("horizon-faster", "<ifm|think_faster>q</ifm|think_faster>d", tools=None),
+    Case("horizon-partial-end", "plan </ifm|thi", tools=None),
+    Case("horizon-start-text", "<ifm|thinking but not a marker", tools=None),
+]
 APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
 THINKING = {"thinking": True}
 FAMILY = {
@@ -228,6 +240,8 @@ FAMILY = {
                      {"enable_thinking": True}], DEEPSEEK_V4),
     "nemotron_v3": ([None, OFF, FORCE], NEMOTRON),
     "granite_thinking_parser": ([None, OFF, FORCE], NEMOTRON),
+    "k2_horizon": ([None, {"reasoning_effort": "medium"}, {"reasoning_effort": "low"}],
+                   HORIZON),
     "deepseek_v41": ([None, {"thinking": False}], DEEPSEEK_V4),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",
