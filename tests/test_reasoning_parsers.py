@@ -164,7 +164,8 @@ FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False
                  "<minimax:tool_call>": False, "</minimax:tool_call>": False,
                  "<ifm|think>": True, "</ifm|think>": True, "<ifm|think_fast>": True,
                  "</ifm|think_fast>": True, "<ifm|think_faster>": True,
-                 "</ifm|think_faster>": True, "<ifm|tool_calls>": True}
+                 "</ifm|think_faster>": True, "<ifm|tool_calls>": True,
+                 "<mm:think>": False, "</mm:think>": False}
 ERNIE = [
     Case("response-block", "abc\n</think>\n\n<response>\ndef\n</response>\n", tools=None),
     Case("plain-after-end", "abc\n</think>\ndef", tools=None),
@@ -219,6 +220,15 @@ HORIZON = [
     Case("horizon-partial-end", "plan </ifm|thi", tools=None),
     Case("horizon-start-text", "<ifm|thinking but not a marker", tools=None),
 ]
+M3 = [
+    Case("m3-tags", "<mm:think>plan it</mm:think>the answer", tools=None),
+    Case("m3-content-around", "before <mm:think>plan</mm:think> after", tools=None),
+    Case("m3-stray-end", "</mm:think>answer</mm:think>more", tools=None),
+    Case("m3-no-start", "plan</mm:think>answer", tools=None),
+    Case("m3-unclosed", "intro<mm:think>still", tools=None),
+    Case("m3-partial", "text <mm:thi", tools=None),
+    Case("m3-prompt-opened", "plan</mm:think>answer", tools=None, prompt_suffix="<mm:think>"),
+]
 APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
 THINKING = {"thinking": True}
 FAMILY = {
@@ -242,6 +252,7 @@ FAMILY = {
     "granite_thinking_parser": ([None, OFF, FORCE], NEMOTRON),
     "k2_horizon": ([None, {"reasoning_effort": "medium"}, {"reasoning_effort": "low"}],
                    HORIZON),
+    "minimax_m3": ([None, {"thinking_mode": "enabled"}], M3),
     "deepseek_v41": ([None, {"thinking": False}], DEEPSEEK_V4),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",

@@ -43,6 +43,7 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "ling3": ("ling3", "Ling3ReasoningParser"),
     "mimo": ("mimo", "MiMoReasoningParser"),
     "minimax_m2": ("minimax_m2", "MiniMaxM2ReasoningParser"),
+    "minimax_m3": ("minimax_m3", "MiniMaxM3ReasoningParser"),
     "minimax_m2_append_think": ("minimax_m2_append_think", "MiniMaxM2AppendThinkReasoningParser"),
     "mistral": ("mistral", "MistralReasoningParser"),
     "nemotron_v3": ("nemotron_v3", "NemotronV3ReasoningParser"),
