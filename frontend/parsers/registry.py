@@ -35,6 +35,7 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "ernie45": ("ernie45", "Ernie45ReasoningParser"),
     "glm45": ("glm47", "Glm47MoeReasoningParser"),
     "glm47": ("glm47", "Glm47MoeReasoningParser"),
+    "granite": ("granite", "GraniteReasoningParser"),
     "granite_thinking_parser": ("granite_thinking", "GraniteThinkingReasoningParser"),
     "holo2": ("deepseek_v3", "DeepSeekV3ReasoningWithThinkingParser"),
     "hy_v3": ("hy_v3", "HYV3ReasoningParser"),
