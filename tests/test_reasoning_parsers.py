@@ -313,3 +313,46 @@ def test_think_family_matches_vllm(family, parser, case):
     # (granite's is vLLM's abstract method: None, read as false)
     assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == bool(
         vparser.is_reasoning_end(prompt))
+
+
+# ---------------------------------------------------------------- Olmo 3
+# <think> as ordinary text: the tiny tokenizer with Olmo's "</", "think", ">"
+# pieces (and without <think>/</think> as tokens of their own).
+
+OLMO3 = [
+    Case("olmo-split-end", "plan it\n</think>\nThe answer.", tools=None),
+    Case("olmo-start-mid", "intro <think>plan</think> answer", tools=None),
+    Case("olmo-lt", "a < b and c <th is not a tag</think>ok", tools=None),
+    Case("olmo-prompt-end", "Answer.", tools=None, prompt_suffix="</think>"),
+]
+
+
+@pytest.fixture(scope="module")
+def olmo(tiny_model_dir, tmp_path_factory):
+    import json
+
+    from vllm.tokenizers import get_tokenizer
+
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("olmo"),
+                         {"Ġ</": False, "</": False, "think": False})
+    tokenizer = json.loads((path / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"]
+                                 if t["content"] not in ("<think>", "</think>")]
+    (path / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config["added_tokens_decoder"] = {k: v for k, v in config["added_tokens_decoder"].items()
+                                      if v["content"] not in ("<think>", "</think>")}
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("case", COMMON + OLMO3, ids=str)
+def test_olmo3_matches_vllm(olmo, case):
+    assert "<think>" not in olmo.tokenizer.vocab  # the markers are plain text here
+    olmo.compare_whole(None, "olmo3", case)
+    for chunking in CHUNKINGS:
+        olmo.compare_stream(None, "olmo3", case, chunking)
+    prompt = olmo.prompt_ids(case)
+    vparser, _ = olmo.vllm_parser(None, "olmo3", case)
+    ours = ChatParsers(olmo.tokenizer, reasoning_parser="olmo3")
+    assert ours.reasoning_ended(prompt) == vparser.is_reasoning_end(prompt)

@@ -48,6 +48,7 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "minimax_m2_append_think": ("minimax_m2_append_think", "MiniMaxM2AppendThinkReasoningParser"),
     "mistral": ("mistral", "MistralReasoningParser"),
     "nemotron_v3": ("nemotron_v3", "NemotronV3ReasoningParser"),
+    "olmo3": ("olmo3", "Olmo3ReasoningParser"),
     "poolside_v1": ("poolside_v1", "PoolsideV1ReasoningParser"),
     "qwen3": ("qwen3", "Qwen3ReasoningParser"),
     "seed_oss": ("seed_oss", "SeedOssReasoningParser"),
