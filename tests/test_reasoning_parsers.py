@@ -265,6 +265,7 @@ FAMILY = {
                    HORIZON),
     "minimax_m3": ([None, {"thinking_mode": "enabled"}], M3),
     "granite": ([None], GRANITE),
+    "hy_v4": ([None, {"reasoning_effort": "low"}, {"reasoning_effort": "no_think"}], []),
     "deepseek_v41": ([None, {"thinking": False}], DEEPSEEK_V4),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",

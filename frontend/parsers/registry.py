@@ -39,6 +39,7 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "granite_thinking_parser": ("granite_thinking", "GraniteThinkingReasoningParser"),
     "holo2": ("deepseek_v3", "DeepSeekV3ReasoningWithThinkingParser"),
     "hy_v3": ("hy_v3", "HYV3ReasoningParser"),
+    "hy_v4": ("hy_v4", "HYV4ReasoningParser"),
     "k2_horizon": ("k2_horizon", "K2HorizonReasoningParser"),
     "kimi_k2": ("kimi_k2", "KimiK2ReasoningParser"),
     "ling3": ("ling3", "Ling3ReasoningParser"),
