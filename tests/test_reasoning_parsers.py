@@ -165,7 +165,8 @@ FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False
                  "<ifm|think>": True, "</ifm|think>": True, "<ifm|think_fast>": True,
                  "</ifm|think_fast>": True, "<ifm|think_faster>": True,
                  "</ifm|think_faster>": True, "<ifm|tool_calls>": True,
-                 "<mm:think>": False, "</mm:think>": False}
+                 "<mm:think>": False, "</mm:think>": False, "<|message|>": True,
+                 "<|eom|>": True, "<|eot|>": True, "<|start|>": True}
 ERNIE = [
     Case("response-block", "abc\n</think>\n\n<response>\ndef\n</response>\n", tools=None),
     Case("plain-after-end", "abc\n</think>\ndef", tools=None),
@@ -240,6 +241,18 @@ GRANITE = [
          "my response: done", tools=None),
     Case("granite-plain", "Just an answer: no phrases.", tools=None),
 ]
+MUSE = [
+    Case("muse-answer", "to=self<|message|>plan it<|eom|>to=user<|message|>The answer.<|eot|>",
+         tools=None),
+    Case("muse-two-blocks", "to=self<|message|>a<|eom|>to=self<|message|>b<|eom|>"
+         "to=user<|message|>c", tools=None),
+    Case("muse-cut", "to=self<|message|>still planning to", tools=None),
+    Case("muse-tool", "to=self<|message|>call it<|eom|>to=search<|message|>"
+         "<atem:function_calls><atem:invoke name=\"search\">x</atem:invoke>", tools=None),
+    Case("muse-no-channels", "plain text", tools=None),
+    Case("muse-held-tail", "to=self<|message|>r<|eom|>to=user<|message|>the answer is t<|eo",
+         tools=None),
+]
 APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
 THINKING = {"thinking": True}
 FAMILY = {
@@ -266,6 +279,7 @@ FAMILY = {
     "minimax_m3": ([None, {"thinking_mode": "enabled"}], M3),
     "granite": ([None], GRANITE),
     "hy_v4": ([None, {"reasoning_effort": "low"}, {"reasoning_effort": "no_think"}], []),
+    "muse_glimmer": ([None], MUSE),
     "deepseek_v41": ([None, {"thinking": False}], DEEPSEEK_V4),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",

@@ -48,6 +48,7 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "minimax_m3": ("minimax_m3", "MiniMaxM3ReasoningParser"),
     "minimax_m2_append_think": ("minimax_m2_append_think", "MiniMaxM2AppendThinkReasoningParser"),
     "mistral": ("mistral", "MistralReasoningParser"),
+    "muse_glimmer": ("muse_glimmer", "MuseGlimmerReasoningParser"),
     "nemotron_v3": ("nemotron_v3", "NemotronV3ReasoningParser"),
     "olmo3": ("olmo3", "Olmo3ReasoningParser"),
     "poolside_v1": ("poolside_v1", "PoolsideV1ReasoningParser"),
