@@ -371,3 +371,48 @@ def test_olmo3_matches_vllm(olmo, case):
     vparser, _ = olmo.vllm_parser(None, "olmo3", case)
     ours = ChatParsers(olmo.tokenizer, reasoning_parser="olmo3")
     assert ours.reasoning_ended(prompt) == vparser.is_reasoning_end(prompt)
+
+
+# ---------------------------------------------------------------- Hunyuan-A13B
+# Its stream matches the markers by Hunyuan's own token ids, one token a step:
+# scripted (text, id) steps, the same for vLLM's parser and ours.
+
+HUNYUAN_THINK = [(14023, "<"), (771, "think"), (397, ">\n")]
+HUNYUAN_ANSWER = [(198, "\n"), (524, "</"), (27963, "think"), (397, ">\n"), (27, "<"),
+                  (9399, "answer"), (397, ">\n")]
+HUNYUAN_END = [(198, "\n"), (524, "</"), (9399, "answer"), (29, ">")]
+HUNYUAN = {
+    "full": HUNYUAN_THINK + [(50, "plan"), (51, " it")] + HUNYUAN_ANSWER
+    + [(52, "The answer.")] + HUNYUAN_END,
+    "fast-start": [(14023, "<"), (771, "think"), (1363, ">\n\n")] + HUNYUAN_ANSWER[1:]
+    + [(52, "ok")],
+    "broken-marker": HUNYUAN_THINK + [(50, "a"), (198, "\n"), (524, "</"), (53, "b")]
+    + HUNYUAN_ANSWER + [(52, "c"), (198, "\n"), (54, "d")],
+    "cut": HUNYUAN_THINK + [(50, "still")],
+    "no-think": [(52, "plain"), (53, " answer")],
+    "again": HUNYUAN_THINK + [(50, "r")] + HUNYUAN_ANSWER + [(52, "c")] + HUNYUAN_END
+    + HUNYUAN_THINK + [(50, "r2")],
+}
+
+
+@pytest.mark.parametrize("script", sorted(HUNYUAN))
+@pytest.mark.parametrize("include_reasoning", [True, False])
+def test_hunyuan_a13b_matches_vllm(family, script, include_reasoning):
+    steps = [(text, [token]) for token, text in HUNYUAN[script]]
+    case = Case(script, "".join(text for text, _ in steps), tools=None,
+                include_reasoning=include_reasoning)
+    vparser, request = family.vllm_parser(None, "hunyuan_a13b", case)
+    ours = family.our_parser(None, "hunyuan_a13b", case)
+    v_reasoning, v_content, _ = vparser.parse(case.text, request)
+    parsed = ours.parse(case.text)
+    assert (parsed.reasoning, parsed.content) == (
+        v_reasoning if include_reasoning else None, v_content)
+    vparser, request = family.vllm_parser(None, "hunyuan_a13b", case)
+    ours = family.our_parser(None, "hunyuan_a13b", case)
+    prompt = family.prompt_ids(case)
+    for k, (text, ids) in enumerate(steps):
+        last = k == len(steps) - 1
+        expected = vparser.parse_delta(text, ids, request, prompt, finished=last)
+        actual = ours.feed(text, ids, finished=last)
+        assert (None if actual is None else actual.to_dict()) == (
+            None if expected is None else expected.model_dump(exclude_unset=True)), (k, text)

@@ -38,6 +38,7 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "granite": ("granite", "GraniteReasoningParser"),
     "granite_thinking_parser": ("granite_thinking", "GraniteThinkingReasoningParser"),
     "holo2": ("deepseek_v3", "DeepSeekV3ReasoningWithThinkingParser"),
+    "hunyuan_a13b": ("hunyuan_a13b", "HunyuanA13BReasoningParser"),
     "hy_v3": ("hy_v3", "HYV3ReasoningParser"),
     "hy_v4": ("hy_v4", "HYV4ReasoningParser"),
     "k2_horizon": ("k2_horizon", "K2HorizonReasoningParser"),
