@@ -416,3 +416,30 @@ def test_hunyuan_a13b_matches_vllm(family, script, include_reasoning):
         actual = ours.feed(text, ids, finished=last)
         assert (None if actual is None else actual.to_dict()) == (
             None if expected is None else expected.model_dump(exclude_unset=True)), (k, text)
+
+
+# ---------------------------------------------------------------- suffixed markers
+# hy_v3 reads its markers' suffix from the tokenizer config (token_suffix).
+
+HY_SUFFIXED = [Case(c.id, c.text.replace("think>", "think:hy>"), tools=None,
+                    prompt_suffix=c.prompt_suffix.replace("think>", "think:hy>"),
+                    chat_template_kwargs={**(c.chat_template_kwargs or {}),
+                                          "reasoning_effort": "high"})
+               for c in COMMON]
+
+
+@pytest.fixture(scope="module")
+def hy_suffixed(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("hy"),
+                         {"<think:hy>": False, "</think:hy>": False}, {"token_suffix": ":hy"})
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("case", HY_SUFFIXED, ids=str)
+def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
+    assert hy_suffixed.vtok.init_kwargs.get("token_suffix") == ":hy"
+    hy_suffixed.compare_whole(None, "hy_v3", case)
+    for chunking in CHUNKINGS:
+        hy_suffixed.compare_stream(None, "hy_v3", case, chunking)
