@@ -443,3 +443,8 @@ def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
     hy_suffixed.compare_whole(None, "hy_v3", case)
     for chunking in CHUNKINGS:
         hy_suffixed.compare_stream(None, "hy_v3", case, chunking)
+
+
+# The reasoning parsers compared with vLLM's here only, not in the end-to-end
+# runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
+IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b"}
