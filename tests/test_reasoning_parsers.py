@@ -448,3 +448,14 @@ def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
 # The reasoning parsers compared with vLLM's here only, not in the end-to-end
 # runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
 IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b"}
+
+
+@pytest.mark.parametrize("kwargs", [{"add_generation_prompt": True}, {"thinking": False}, {}])
+def test_holo2_sets_thinking_in_the_kwargs_as_vllm(family, kwargs):
+    """vLLM's holo2 writes thinking/enable_thinking into the request's chat
+    template kwargs (what the engine then gets as reasoning_parser_kwargs)."""
+    theirs, ours = dict(kwargs), dict(kwargs)
+    case = Case("kwargs", "", tools=None, chat_template_kwargs=theirs)
+    family.vllm_parser(None, "holo2", case)
+    ChatParsers(family.tokenizer, reasoning_parser="holo2").new(chat_template_kwargs=ours)
+    assert ours == theirs

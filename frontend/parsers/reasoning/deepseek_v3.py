@@ -24,10 +24,12 @@ class DeepSeekV3ReasoningParser(DeepSeekR1ReasoningParser):
 
 
 class DeepSeekV3ReasoningWithThinkingParser(DeepSeekV3ReasoningParser):
-    def reasoning_on(self, chat_template_kwargs: dict) -> bool:
-        if (
-            chat_template_kwargs.get("thinking") is None
-            and chat_template_kwargs.get("enable_thinking") is None
-        ):
-            return True
-        return super().reasoning_on(chat_template_kwargs)
+    def __init__(
+        self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None
+    ) -> None:
+        kwargs = chat_template_kwargs or {}
+        if kwargs.get("thinking") is None and kwargs.get("enable_thinking") is None:
+            # As vLLM's: set in the request's (non-empty) kwargs themselves,
+            # which then go to the engine as its reasoning_parser_kwargs.
+            kwargs["thinking"] = kwargs["enable_thinking"] = True
+        super().__init__(tokenizer, kwargs)
