@@ -14,7 +14,7 @@ import pytest
 
 from frontend.model import load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
-from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ
+from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, tokenizer_dir
 
 OFF = {"enable_thinking": False}
 CLOSED = "<think>\n\n</think>\n\n"  # what the template adds for enable_thinking=false
@@ -122,24 +122,8 @@ MISTRAL_STACKS = [(None, "mistral"), ("mistral", "mistral"), ("mistral", None),
 @pytest.fixture(scope="module")
 def magistral_dir(tiny_model_dir, tmp_path_factory):
     """The tiny model's tokenizer with Magistral's [THINK]/[/THINK] special tokens."""
-    import json
-    import shutil
-
-    from tokenizers import AddedToken, Tokenizer
-
-    target = tmp_path_factory.mktemp("magistral")
-    for name in ("config.json", "generation_config.json", "special_tokens_map.json"):
-        shutil.copy(tiny_model_dir / name, target / name)
-    tokenizer = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
-    config = json.loads((tiny_model_dir / "tokenizer_config.json").read_text())
-    for text in ("[THINK]", "[/THINK]"):
-        tokenizer.add_special_tokens([AddedToken(text, special=True, normalized=False)])
-        config["added_tokens_decoder"][str(tokenizer.token_to_id(text))] = {
-            "content": text, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": True}
-    tokenizer.save(str(target / "tokenizer.json"))
-    (target / "tokenizer_config.json").write_text(json.dumps(config))
-    return target
+    return tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("magistral"),
+                         {"[THINK]": True, "[/THINK]": True})
 
 
 @pytest.fixture(scope="module")
@@ -165,3 +149,313 @@ def test_mistral_without_think_token_matches_vllm(differ, case):
     differ.compare_whole("mistral", "mistral", case)
     for chunking in CHUNKINGS:
         differ.compare_stream("mistral", "mistral", case, chunking)
+
+
+# ---------------------------------------------------------------- the <think> family
+# Each parser over the common outputs and its own, under the chat template
+# kwargs that switch its modes, on the tiny tokenizer with the extra marker
+# tokens some of them key on.
+
+FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False,
+                 "<seed:think>": False, "</seed:think>": False, "<seed:tool_call>": False,
+                 "</seed:tool_call>": False, "<|tool_calls_section_begin|>": True,
+                 "<|tool_calls_section_end|>": True, "<|tool_call_begin|>": True,
+                 "<|tool_call_end|>": True, "<|tool_call_argument_begin|>": True,
+                 "<minimax:tool_call>": False, "</minimax:tool_call>": False,
+                 "<ifm|think>": True, "</ifm|think>": True, "<ifm|think_fast>": True,
+                 "</ifm|think_fast>": True, "<ifm|think_faster>": True,
+                 "</ifm|think_faster>": True, "<ifm|tool_calls>": True,
+                 "<mm:think>": False, "</mm:think>": False, "<|message|>": True,
+                 "<|eom|>": True, "<|eot|>": True, "<|start|>": True}
+ERNIE = [
+    Case("response-block", "abc\n</think>\n\n<response>\ndef\n</response>\n", tools=None),
+    Case("plain-after-end", "abc\n</think>\ndef", tools=None),
+    Case("response-unclosed", "abc</think>\n<response>def", tools=None),
+    Case("response-close-only", "abc</think>def</response>\n", tools=None),
+    Case("response-reversed", "abc</think></response>x<response>y", tools=None),
+]
+POOLSIDE = [
+    Case("prompt-old-end", "plan</think>Answer", tools=None, prompt_suffix="</think><assistant>"),
+    Case("prompt-own-end", "Answer", tools=None, prompt_suffix="<assistant></think>"),
+]
+GLM = [
+    Case("glm-call", "plan<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris"
+         "</arg_value></tool_call>", tools=None),
+    Case("glm-reopen", "a</think>b<think>c</think>d<tool_call>x</tool_call>", tools=None),
+]
+KIMI = [
+    Case("kimi-section", "plan <|tool_calls_section_begin|><|tool_call_begin|>functions.search:0"
+         '<|tool_call_argument_begin|>{"query": "x"}<|tool_call_end|><|tool_calls_section_end|>'
+         " after", tools=None),
+    Case("kimi-end-then-section", "plan\n</think>\n\nok<|tool_calls_section_begin|>x", tools=None),
+]
+MINIMAX = [
+    Case("minimax-call", 'plan</think>\n<minimax:tool_call>\n<invoke name="search">\n'
+         '<parameter name="query">x</parameter>\n</invoke>\n</minimax:tool_call>', tools=None),
+    Case("minimax-implicit-end", 'plan<minimax:tool_call><invoke name="search"></invoke>'
+         "</minimax:tool_call>tail", tools=None),
+]
+DSML = "｜DSML｜"
+DEEPSEEK_V4 = [
+    Case("dsml-call", f'plan</think>\n\n<{DSML}tool_calls>\n<{DSML}invoke name="search">\n'
+         f'<{DSML}parameter name="query" string="true">x</{DSML}parameter>\n</{DSML}invoke>\n'
+         f"</{DSML}tool_calls>tail", tools=None),
+    Case("dsml-variant-implicit-end", f'plan<{DSML}toolcalls><{DSML}invoke name="x">'
+         f"</{DSML}invoke></{DSML}tool_calls>", tools=None),
+    Case("dsml41-implicit-end", f'plan<{DSML} calls><{DSML} invoke name="x"></{DSML} invoke>'
+         f"</{DSML} calls>tail", tools=None),
+    Case("reopen", "a</think>b<think>c</think>d", tools=None),
+]
+FORCE = {"force_nonempty_content": True}
+NEMOTRON = [
+    Case("newline-content", "<think>r\n</think>\n\nanswer\n", tools=None),
+    Case("cut-in-reasoning", "only reasoning, cut", tools=None),
+    Case("newlines-only-content", "r</think>\n\n", tools=None),
+]
+HORIZON = [
+    Case("horizon-tags", "<ifm|think>plan it</ifm|think>the answer", tools=None),
+    Case("horizon-no-start", "plan it</ifm|think>answer", tools=None),
+    Case("horizon-tool", "<ifm|think>plan<ifm|tool_calls>[{}]", tools=None),
+    Case("horizon-fast", "<ifm|think_fast>quick</ifm|think_fast>done", tools=None),
+    Case("horizon-faster", "<ifm|think_faster>q</ifm|think_faster>d", tools=None),
+    Case("horizon-partial-end", "plan </ifm|thi", tools=None),
+    Case("horizon-start-text", "<ifm|thinking but not a marker", tools=None),
+]
+M3 = [
+    Case("m3-tags", "<mm:think>plan it</mm:think>the answer", tools=None),
+    Case("m3-content-around", "before <mm:think>plan</mm:think> after", tools=None),
+    Case("m3-stray-end", "</mm:think>answer</mm:think>more", tools=None),
+    Case("m3-no-start", "plan</mm:think>answer", tools=None),
+    Case("m3-unclosed", "intro<mm:think>still", tools=None),
+    Case("m3-partial", "text <mm:thi", tools=None),
+    Case("m3-prompt-opened", "plan</mm:think>answer", tools=None, prompt_suffix="<mm:think>"),
+]
+GRANITE = [
+    Case("granite-both", "Here is my thought process: plan it. Here is my response: The answer.",
+         tools=None),
+    Case("granite-contracted", "Here's my thought process:\nplan\nHere's my response:\nok",
+         tools=None),
+    Case("granite-no-response", "Here is my thought process: still thinking", tools=None),
+    Case("granite-broken-start", "Here is my thoughts: not the phrase", tools=None),
+    Case("granite-false-response", "Here is my thought process: Here is my plan: Here is "
+         "my response: done", tools=None),
+    Case("granite-plain", "Just an answer: no phrases.", tools=None),
+]
+MUSE = [
+    Case("muse-answer", "to=self<|message|>plan it<|eom|>to=user<|message|>The answer.<|eot|>",
+         tools=None),
+    Case("muse-two-blocks", "to=self<|message|>a<|eom|>to=self<|message|>b<|eom|>"
+         "to=user<|message|>c", tools=None),
+    Case("muse-cut", "to=self<|message|>still planning to", tools=None),
+    Case("muse-tool", "to=self<|message|>call it<|eom|>to=search<|message|>"
+         "<atem:function_calls><atem:invoke name=\"search\">x</atem:invoke>", tools=None),
+    Case("muse-no-channels", "plain text", tools=None),
+    Case("muse-held-tail", "to=self<|message|>r<|eom|>to=user<|message|>the answer is t<|eo",
+         tools=None),
+]
+APPEND = [Case("append-start", "reasoning here</think>answer", tools=None)]
+THINKING = {"thinking": True}
+FAMILY = {
+    "deepseek_v3": ([None, THINKING, {"enable_thinking": True}, {"thinking": False}], []),
+    "holo2": ([None, {"thinking": False}, {"enable_thinking": False}, THINKING], []),
+    "poolside_v1": ([None, THINKING], POOLSIDE),
+    "hy_v3": ([None, {"reasoning_effort": "high"}, {"reasoning_effort": "no_think"}], []),
+    "ernie45": ([None], ERNIE),
+    "step3": ([None], []),
+    "minimax_m2_append_think": ([None], APPEND),
+    "mimo": ([None, {"enable_thinking": True}], []),
+    "step3p5": ([None], []),
+    "glm45": ([None, {"thinking": False}, {"enable_thinking": True}], GLM),
+    "glm47": ([None], GLM),
+    "ling3": ([None, {"thinking": False}], GLM),
+    "kimi_k2": ([None, {"thinking": False}, {"enable_thinking": False, "thinking": True}], KIMI),
+    "minimax_m2": ([None], MINIMAX),
+    "deepseek_v4": ([None, {"thinking": False}, {"reasoning_effort": "none"},
+                     {"enable_thinking": True}], DEEPSEEK_V4),
+    "nemotron_v3": ([None, OFF, FORCE], NEMOTRON),
+    "granite_thinking_parser": ([None, OFF, FORCE], NEMOTRON),
+    "k2_horizon": ([None, {"reasoning_effort": "medium"}, {"reasoning_effort": "low"}],
+                   HORIZON),
+    "minimax_m3": ([None, {"thinking_mode": "enabled"}], M3),
+    "granite": ([None], GRANITE),
+    "hy_v4": ([None, {"reasoning_effort": "low"}, {"reasoning_effort": "no_think"}], []),
+    "muse_glimmer": ([None], MUSE),
+    "deepseek_v41": ([None, {"thinking": False}], DEEPSEEK_V4),
+}
+SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",
+        "</tool_call>": "</seed:tool_call>"}
+
+
+def _seed(case: Case) -> Case:
+    """The case with Seed-OSS's markers for Qwen3's."""
+    def swap(text: str) -> str:
+        for qwen, seed in SEED.items():
+            text = text.replace(qwen, seed)
+        return text
+    return dataclasses.replace(case, text=swap(case.text), prompt_suffix=swap(case.prompt_suffix))
+
+
+def _with_kwargs(case: Case, kwargs: dict | None) -> Case:
+    if kwargs is None:
+        return case
+    merged = {**(case.chat_template_kwargs or {}), **kwargs}
+    return dataclasses.replace(case, id=f"{case.id}-{'-'.join(map(str, kwargs.values()))}",
+                               chat_template_kwargs=merged)
+
+
+FAMILY_CASES = [(parser, _with_kwargs(case, kwargs))
+                for parser, (modes, own) in FAMILY.items()
+                for kwargs in modes for case in COMMON + own]
+FAMILY_CASES += [("seed_oss", _seed(case)) for case in COMMON]
+
+
+@pytest.fixture(scope="module")
+def family(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("family"), FAMILY_TOKENS)
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("parser, case", FAMILY_CASES, ids=[f"{p}-{c}" for p, c in FAMILY_CASES])
+def test_think_family_matches_vllm(family, parser, case):
+    family.compare_whole(None, parser, case)
+    for chunking in CHUNKINGS:
+        family.compare_stream(None, parser, case, chunking)
+    prompt = family.prompt_ids(case)
+    vparser, _ = family.vllm_parser(None, parser, case)
+    ours = ChatParsers(family.tokenizer, reasoning_parser=parser)
+    # (granite's is vLLM's abstract method: None, read as false)
+    assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == bool(
+        vparser.is_reasoning_end(prompt))
+
+
+# ---------------------------------------------------------------- Olmo 3
+# <think> as ordinary text: the tiny tokenizer with Olmo's "</", "think", ">"
+# pieces (and without <think>/</think> as tokens of their own).
+
+OLMO3 = [
+    Case("olmo-split-end", "plan it\n</think>\nThe answer.", tools=None),
+    Case("olmo-start-mid", "intro <think>plan</think> answer", tools=None),
+    Case("olmo-lt", "a < b and c <th is not a tag</think>ok", tools=None),
+    Case("olmo-prompt-end", "Answer.", tools=None, prompt_suffix="</think>"),
+]
+
+
+@pytest.fixture(scope="module")
+def olmo(tiny_model_dir, tmp_path_factory):
+    import json
+
+    from vllm.tokenizers import get_tokenizer
+
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("olmo"),
+                         {"Ġ</": False, "</": False, "think": False})
+    tokenizer = json.loads((path / "tokenizer.json").read_text())
+    tokenizer["added_tokens"] = [t for t in tokenizer["added_tokens"]
+                                 if t["content"] not in ("<think>", "</think>")]
+    (path / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    config["added_tokens_decoder"] = {k: v for k, v in config["added_tokens_decoder"].items()
+                                      if v["content"] not in ("<think>", "</think>")}
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("case", COMMON + OLMO3, ids=str)
+def test_olmo3_matches_vllm(olmo, case):
+    assert "<think>" not in olmo.tokenizer.vocab  # the markers are plain text here
+    olmo.compare_whole(None, "olmo3", case)
+    for chunking in CHUNKINGS:
+        olmo.compare_stream(None, "olmo3", case, chunking)
+    prompt = olmo.prompt_ids(case)
+    vparser, _ = olmo.vllm_parser(None, "olmo3", case)
+    ours = ChatParsers(olmo.tokenizer, reasoning_parser="olmo3")
+    assert ours.reasoning_ended(prompt) == vparser.is_reasoning_end(prompt)
+
+
+# ---------------------------------------------------------------- Hunyuan-A13B
+# Its stream matches the markers by Hunyuan's own token ids, one token a step:
+# scripted (text, id) steps, the same for vLLM's parser and ours.
+
+HUNYUAN_THINK = [(14023, "<"), (771, "think"), (397, ">\n")]
+HUNYUAN_ANSWER = [(198, "\n"), (524, "</"), (27963, "think"), (397, ">\n"), (27, "<"),
+                  (9399, "answer"), (397, ">\n")]
+HUNYUAN_END = [(198, "\n"), (524, "</"), (9399, "answer"), (29, ">")]
+HUNYUAN = {
+    "full": HUNYUAN_THINK + [(50, "plan"), (51, " it")] + HUNYUAN_ANSWER
+    + [(52, "The answer.")] + HUNYUAN_END,
+    "fast-start": [(14023, "<"), (771, "think"), (1363, ">\n\n")] + HUNYUAN_ANSWER[1:]
+    + [(52, "ok")],
+    "broken-marker": HUNYUAN_THINK + [(50, "a"), (198, "\n"), (524, "</"), (53, "b")]
+    + HUNYUAN_ANSWER + [(52, "c"), (198, "\n"), (54, "d")],
+    "cut": HUNYUAN_THINK + [(50, "still")],
+    "no-think": [(52, "plain"), (53, " answer")],
+    "again": HUNYUAN_THINK + [(50, "r")] + HUNYUAN_ANSWER + [(52, "c")] + HUNYUAN_END
+    + HUNYUAN_THINK + [(50, "r2")],
+}
+
+
+@pytest.mark.parametrize("script", sorted(HUNYUAN))
+@pytest.mark.parametrize("include_reasoning", [True, False])
+def test_hunyuan_a13b_matches_vllm(family, script, include_reasoning):
+    steps = [(text, [token]) for token, text in HUNYUAN[script]]
+    case = Case(script, "".join(text for text, _ in steps), tools=None,
+                include_reasoning=include_reasoning)
+    vparser, request = family.vllm_parser(None, "hunyuan_a13b", case)
+    ours = family.our_parser(None, "hunyuan_a13b", case)
+    v_reasoning, v_content, _ = vparser.parse(case.text, request)
+    parsed = ours.parse(case.text)
+    assert (parsed.reasoning, parsed.content) == (
+        v_reasoning if include_reasoning else None, v_content)
+    vparser, request = family.vllm_parser(None, "hunyuan_a13b", case)
+    ours = family.our_parser(None, "hunyuan_a13b", case)
+    prompt = family.prompt_ids(case)
+    for k, (text, ids) in enumerate(steps):
+        last = k == len(steps) - 1
+        expected = vparser.parse_delta(text, ids, request, prompt, finished=last)
+        actual = ours.feed(text, ids, finished=last)
+        assert (None if actual is None else actual.to_dict()) == (
+            None if expected is None else expected.model_dump(exclude_unset=True)), (k, text)
+
+
+# ---------------------------------------------------------------- suffixed markers
+# hy_v3 reads its markers' suffix from the tokenizer config (token_suffix).
+
+HY_SUFFIXED = [Case(c.id, c.text.replace("think>", "think:hy>"), tools=None,
+                    prompt_suffix=c.prompt_suffix.replace("think>", "think:hy>"),
+                    chat_template_kwargs={**(c.chat_template_kwargs or {}),
+                                          "reasoning_effort": "high"})
+               for c in COMMON]
+
+
+@pytest.fixture(scope="module")
+def hy_suffixed(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("hy"),
+                         {"<think:hy>": False, "</think:hy>": False}, {"token_suffix": ":hy"})
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("case", HY_SUFFIXED, ids=str)
+def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
+    assert hy_suffixed.vtok.init_kwargs.get("token_suffix") == ":hy"
+    hy_suffixed.compare_whole(None, "hy_v3", case)
+    for chunking in CHUNKINGS:
+        hy_suffixed.compare_stream(None, "hy_v3", case, chunking)
+
+
+# The reasoning parsers compared with vLLM's here only, not in the end-to-end
+# runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
+IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b"}
+
+
+@pytest.mark.parametrize("kwargs", [{"add_generation_prompt": True}, {"thinking": False}, {}])
+def test_holo2_sets_thinking_in_the_kwargs_as_vllm(family, kwargs):
+    """vLLM's holo2 writes thinking/enable_thinking into the request's chat
+    template kwargs (what the engine then gets as reasoning_parser_kwargs)."""
+    theirs, ours = dict(kwargs), dict(kwargs)
+    case = Case("kwargs", "", tools=None, chat_template_kwargs=theirs)
+    family.vllm_parser(None, "holo2", case)
+    ChatParsers(family.tokenizer, reasoning_parser="holo2").new(chat_template_kwargs=ours)
+    assert ours == theirs

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.responses import Reply, assert_same, send
+from tests.support.responses import Reply, assert_same, deltas, send
 from tests.support.vllm_frontend import AGENT_FLAGS, FLAGGED_ENV
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.vllm_frontend, pytest.mark.timeout(1800)]
@@ -50,6 +50,7 @@ TOOL_TURN = [{"role": "user", "content": "Weather in Paris?"},
               "arguments": "{\"city\": \"Paris\"}"},
              {"type": "function_call_output", "call_id": "call_1", "output": "sunny, 21 C"}]
 LOGPROBS = ["message.output_text.logprobs"]
+MERGED_RETRIES = 4
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 
 
@@ -317,6 +318,13 @@ def test_parity(s: Shape, vllm_flagged, ours) -> None:
     for n, step in enumerate(s.steps):
         mine = run(ours.url, step)
         theirs = run(theirs_url, step)
+        for _ in range(MERGED_RETRIES):
+            # vLLM's server merged steps it fell behind on (a loaded host): some
+            # outputs depend on the steps' grouping (a forced call's partial JSON).
+            if theirs.events is None or len(deltas(theirs)) >= len(deltas(mine)) or \
+                    "request_id" in (step.body or {}):  # (an id is taken once)
+                break
+            theirs = run(theirs_url, step)
         try:
             assert_same(mine, theirs, message_differs=s.message_differs is not None,
                         streamed=step.streamed)

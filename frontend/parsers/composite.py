@@ -208,6 +208,11 @@ class OutputParser:
         return tool.feed(delta_text, delta_ids)
 
     def _finish(self, delta: ParsedDelta | None) -> ParsedDelta | None:
+        if self.reasoning is not None and not self.reasoning_ended:
+            promoted = self.reasoning.fallback_content()
+            if promoted:
+                delta = delta if delta is not None else ParsedDelta()
+                delta.content = (delta.content or "") + promoted
         tool = self.tool
         if tool is not None and delta is not None and delta.tool_calls:
             last = delta.tool_calls[-1]

@@ -35,11 +35,17 @@ class ParserTokenizer:
         vocab: dict[str, int],
         special_tokens: dict[str, int],
         decode: Callable[[list[int]], str],
+        init_kwargs: dict[str, Any] | None = None,
+        encode: Callable[[str], list[int]] | None = None,
     ) -> None:
         self.vocab = vocab
         # text -> id, as transformers' all_special_tokens / all_special_ids.
         self.special_tokens = special_tokens
         self._decode = decode
+        # tokenizer_config.json (transformers' init_kwargs), for the few
+        # parsers that read a setting there (hy_v3's token_suffix).
+        self.init_kwargs = init_kwargs or {}
+        self._encode = encode
         self._texts: dict[int, str] = {}
         # What parsers derive from the tokenizer once (grammar tables).
         self.cache: dict = {}
@@ -54,6 +60,12 @@ class ParserTokenizer:
     def decode(self, token_ids: list[int]) -> str:
         return self._decode(token_ids)
 
+    def encode(self, text: str) -> list[int]:
+        """``encode(text, add_special_tokens=False)``."""
+        if self._encode is None:
+            raise NotImplementedError("this tokenizer cannot encode")
+        return self._encode(text)
+
     @classmethod
     def from_model(cls, model: ModelInfo) -> ParserTokenizer:
         vocab = model.tokenizer.get_vocab(with_added_tokens=True)
@@ -62,7 +74,13 @@ class ParserTokenizer:
             token_id = vocab.get(text)
             if token_id is not None:
                 special.setdefault(text, token_id)
-        return cls(vocab, special, model.decode)
+        return cls(
+            vocab,
+            special,
+            model.decode,
+            model.tokenizer_config,
+            lambda text: model.encode(text, add_special_tokens=False),
+        )
 
 
 def _special_token_texts(config: dict[str, Any]) -> list[str]:

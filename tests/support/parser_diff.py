@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from frontend.model import ModelInfo
@@ -198,6 +200,28 @@ def masked(value: Any) -> Any:
     if isinstance(value, list):
         return [masked(v) for v in value]
     return value
+
+
+def tokenizer_dir(source: Path, target: Path, tokens: dict[str, bool],
+                  config: dict[str, Any] | None = None) -> Path:
+    """A copy of the model files in ``source`` whose tokenizer has ``tokens``
+    (text -> special?) added, and ``config`` merged into tokenizer_config.json."""
+    from tokenizers import AddedToken, Tokenizer
+
+    for name in ("config.json", "generation_config.json", "special_tokens_map.json"):
+        shutil.copy(source / name, target / name)
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    tokenizer_config = json.loads((source / "tokenizer_config.json").read_text())
+    for text, special in tokens.items():
+        token = AddedToken(text, special=special, normalized=False)
+        (tokenizer.add_special_tokens if special else tokenizer.add_tokens)([token])
+        tokenizer_config["added_tokens_decoder"][str(tokenizer.token_to_id(text))] = {
+            "content": text, "lstrip": False, "normalized": False, "rstrip": False,
+            "single_word": False, "special": special}
+    tokenizer.save(str(target / "tokenizer.json"))
+    tokenizer_config.update(config or {})
+    (target / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    return target
 
 
 def _masked(delta: dict) -> dict:

@@ -101,17 +101,44 @@ def glm47_grammar(thinking: bool) -> Grammar:
     )
 
 
+def always_thinks(tokenizer: ParserTokenizer) -> bool:
+    """GLM-5.3's template: always-on reasoning, no thinking switch."""
+    template = tokenizer.init_kwargs.get("chat_template")
+    markers = ("[gMASK]<sop>", "Reasoning Effort:", "<tool_call>", "<arg_key>", "<arg_value>")
+    return (
+        isinstance(template, str)
+        and all(marker in template for marker in markers)
+        and "enable_thinking" not in template
+    )
+
+
+def thinking_enabled(chat_template_kwargs: dict | None) -> bool:
+    kwargs = chat_template_kwargs or {}
+    thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
+    if thinking is None and enable is None:
+        return True
+    return bool(thinking) or bool(enable)
+
+
 class Glm47Parser(GrammarParser):
+    """GLM's grammar; thinking off (a chat template kwarg) is all content,
+    except under GLM-5.3's template (``ignore_template``: Ling 3 honours it)."""
+
     def __init__(
         self,
         tokenizer: ParserTokenizer,
         tools: list[dict] | None = None,
         tool_choice: object = None,
         chat_template_kwargs: dict | None = None,
+        *,
+        ignore_template: bool = False,
     ) -> None:
-        kwargs = chat_template_kwargs or {}
-        thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
-        self.thinking = True if thinking is None and enable is None else bool(thinking or enable)
+        kwargs = dict(chat_template_kwargs or {})
+        turned_off = kwargs.get("thinking") is False or kwargs.get("enable_thinking") is False
+        if turned_off and not ignore_template and always_thinks(tokenizer):
+            kwargs.pop("thinking", None)
+            kwargs.pop("enable_thinking", None)
+        self.thinking = thinking_enabled(kwargs)
         super().__init__(glm47_grammar(self.thinking), tokenizer, tools, tool_choice)
         self._tool_names = {tool_function(t).get("name") for t in tools or ()}
 

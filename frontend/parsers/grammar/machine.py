@@ -10,7 +10,7 @@ reduced to what the grammars here use.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
@@ -69,7 +69,7 @@ CONTENT_EVENTS = {
 @dataclass(frozen=True)
 class Grammar:
     name: str
-    terminals: dict[str, str]  # name -> literal
+    terminals: Mapping[str, str | tuple[str, ...]]  # name -> literal (or its spellings)
     id_terminals: dict[str, str]  # name -> special token text
     transitions: dict[tuple[State, str], tuple[State, tuple[Ev, ...]]]
     initial_state: State = State.CONTENT
@@ -86,7 +86,11 @@ class Grammar:
     content_events: dict[State, Ev] = field(default_factory=lambda: dict(CONTENT_EVENTS))
 
     def literals(self) -> list[tuple[str, str]]:
-        return [(text, name) for name, text in self.terminals.items()]
+        return [
+            (text, name)
+            for name, spelled in self.terminals.items()
+            for text in ((spelled,) if isinstance(spelled, str) else spelled)
+        ]
 
 
 class _Compiled:
@@ -97,7 +101,7 @@ class _Compiled:
         self.id_terminals = {
             vocab[text]: name for name, text in grammar.id_terminals.items() if text in vocab
         }
-        configured = set(grammar.id_terminals.values()) | set(grammar.terminals.values())
+        configured = set(grammar.id_terminals.values()) | {t for t, _ in grammar.literals()}
         drops = {
             text: token_id
             for text, token_id in tokenizer.special_tokens.items()

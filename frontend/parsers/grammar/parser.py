@@ -124,6 +124,10 @@ class GrammarParser:
             return self._events_to_delta(events, finished=True)
         return None
 
+    def streaming_fallback_content(self) -> str | None:
+        """Content for a stream that ended inside reasoning (none by default)."""
+        return None
+
     # -- reasoning ---------------------------------------------------------------
 
     def extract_reasoning(self, text: str) -> tuple[str | None, str | None]:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from frontend.parsers.grammar.machine import Ev, Grammar, State
 from frontend.parsers.grammar.parser import GrammarParser
@@ -53,16 +55,60 @@ def parameters_to_json(raw: str, partial: bool) -> str:
     return json.dumps(params, ensure_ascii=False)
 
 
+def verbatim_parameters_to_json(raw: str, partial: bool) -> str:
+    """MiMo's parameters: the values as they are, newlines kept."""
+    params: dict[str, object] = {m.group(1): m.group(2) for m in _PARAM_RE.finditer(raw)}
+    if partial:
+        last = _OPEN_PARAM_RE.search(_PARAM_RE.sub("", raw))
+        if last and last.group(1):
+            params[last.group(1)] = last.group(2)
+    return json.dumps(params, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A model on the Qwen3 grammar: its wrapper tokens and a few switches."""
+
+    name: str
+    think_start: str = "<think>"
+    think_end: str = "</think>"
+    tool_start: str = "<tool_call>"
+    tool_end: str = "</tool_call>"
+    turn_boundary_tokens: frozenset[str] = frozenset(("<|im_start|>", "<|im_end|>"))
+    arg_converter: Callable[[str, bool], str] = parameters_to_json
+    strip_trailing_reasoning_ws: bool = False
+    # The template always opens reasoning; enable_thinking is ignored.
+    always_thinking: bool = False
+
+
+QWEN3 = Variant("qwen3")
+# ByteDance Seed-OSS: the same grammar under <seed:...> tokens.
+SEED_OSS = Variant(
+    "seed_oss",
+    think_start="<seed:think>",
+    think_end="</seed:think>",
+    tool_start="<seed:tool_call>",
+    tool_end="</seed:tool_call>",
+    turn_boundary_tokens=frozenset(("<seed:bos>", "<seed:eos>")),
+)
+# Xiaomi MiMo: parameter values verbatim.
+MIMO = Variant("mimo", arg_converter=verbatim_parameters_to_json)
+# Step-3.5 / Step-3.7: reasoning always on, closed with "\n</think>\n".
+STEP3P5 = Variant("step3p5", strip_trailing_reasoning_ws=True, always_thinking=True)
+# NVIDIA Nemotron 3 (and IBM Granite 4.2 thinking): trailing reasoning whitespace stripped.
+NEMOTRON_V3 = Variant("nemotron_v3", strip_trailing_reasoning_ws=True)
+
+
 @functools.cache
-def qwen3_grammar(thinking: bool) -> Grammar:
+def qwen3_grammar(thinking: bool, variant: Variant = QWEN3) -> Grammar:
     S = State
     return Grammar(
-        name="qwen3",
+        name=variant.name,
         terminals={
-            "THINK_START": "<think>",
-            "THINK_END": "</think>",
-            "TOOL_START": "<tool_call>",
-            "TOOL_END": "</tool_call>",
+            "THINK_START": variant.think_start,
+            "THINK_END": variant.think_end,
+            "TOOL_START": variant.tool_start,
+            "TOOL_END": variant.tool_end,
             "FUNC_PREFIX": "<function=",
             "FUNC_END": "</function>",
             "PARAM_START": "<parameter=",
@@ -70,10 +116,10 @@ def qwen3_grammar(thinking: bool) -> Grammar:
             "CLOSE_ANGLE": ">",
         },
         id_terminals={
-            "THINK_START": "<think>",
-            "THINK_END": "</think>",
-            "TOOL_START": "<tool_call>",
-            "TOOL_END": "</tool_call>",
+            "THINK_START": variant.think_start,
+            "THINK_END": variant.think_end,
+            "TOOL_START": variant.tool_start,
+            "TOOL_END": variant.tool_end,
         },
         transitions={
             (S.REASONING, "THINK_START"): (S.REASONING, ()),
@@ -99,15 +145,15 @@ def qwen3_grammar(thinking: bool) -> Grammar:
         },
         initial_state=S.REASONING if thinking else S.CONTENT,
         wait_for_reasoning=thinking,
-        arg_converter=parameters_to_json,
+        arg_converter=variant.arg_converter,
         args_json=False,
-        strip_trailing_reasoning_ws=False,
-        turn_boundary_tokens=frozenset(("<|im_start|>", "<|im_end|>")),
+        strip_trailing_reasoning_ws=variant.strip_trailing_reasoning_ws,
+        turn_boundary_tokens=variant.turn_boundary_tokens,
     )
 
 
 class Qwen3Parser(GrammarParser):
-    """Qwen3's grammar; ``enable_thinking=False`` starts in content."""
+    """Qwen3's grammar (or a variant's); ``enable_thinking=False`` starts in content."""
 
     def __init__(
         self,
@@ -115,9 +161,13 @@ class Qwen3Parser(GrammarParser):
         tools: list[dict] | None = None,
         tool_choice: object = None,
         chat_template_kwargs: dict | None = None,
+        variant: Variant = QWEN3,
     ) -> None:
         self.thinking = (chat_template_kwargs or {}).get("enable_thinking", True)
-        super().__init__(qwen3_grammar(bool(self.thinking)), tokenizer, tools, tool_choice)
+        if variant.always_thinking:
+            self.thinking = True
+        grammar = qwen3_grammar(bool(self.thinking), variant)
+        super().__init__(grammar, tokenizer, tools, tool_choice)
 
     def extract_reasoning(self, text: str) -> tuple[str | None, str | None]:
         if not self.thinking:

@@ -60,5 +60,10 @@ class ReasoningParser:
         """Text still held back (after the end of reasoning, or of the output)."""
         return None
 
+    def fallback_content(self) -> str | None:
+        """At the end of a stream whose reasoning never ended: text to send as
+        content (vLLM's ``get_streaming_fallback_content``), or None."""
+        return None
+
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
         return 0

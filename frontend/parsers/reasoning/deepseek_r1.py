@@ -15,18 +15,45 @@ from frontend.parsers.types import ParsedDelta
 
 
 class ThinkTagsReasoningParser(TextSoFarReasoningParser):
-    """Reasoning between two marker tokens (vLLM's BaseThinkingReasoningParser)."""
+    """Reasoning between two marker tokens (vLLM's BaseThinkingReasoningParser).
+
+    A subclass whose request turns thinking off (``reasoning_on`` false) is
+    vLLM's IdentityReasoningParser for it: no markers needed, the whole
+    output is content, reasoning is over from the prompt on.
+    """
 
     start_token = "<think>"
     end_token = "</think>"
+    # The markers are looked up (and required) even when thinking is off.
+    markers_always = False
 
     def __init__(
         self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None
     ) -> None:
         super().__init__(tokenizer, chat_template_kwargs)
-        self.check_tokenizer(tokenizer)
+        self.identity = not self.reasoning_on(chat_template_kwargs or {})
+        if self.identity and not self.markers_always:
+            return
+        if self.start_token not in tokenizer.vocab or self.end_token not in tokenizer.vocab:
+            raise ValueError(
+                f"the reasoning parser needs the {self.start_token} and {self.end_token} tokens"
+            )
         self.start_id = tokenizer.vocab[self.start_token]
         self.end_id = tokenizer.vocab[self.end_token]
+
+    def reasoning_on(self, chat_template_kwargs: dict) -> bool:
+        """Whether this request parses reasoning at all (else: identity)."""
+        return True
+
+    # -- the identity parser (thinking off) -------------------------------------------
+
+    def feed(self, delta_text: str, delta_ids: list[int]) -> ParsedDelta | None:
+        if self.identity:
+            return ParsedDelta(content=delta_text) if delta_text else None
+        return super().feed(delta_text, delta_ids)
+
+    def ended(self) -> bool:
+        return self.identity or super().ended()
 
     @classmethod
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
@@ -36,6 +63,8 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
             )
 
     def is_reasoning_end(self, token_ids: Sequence[int]) -> bool:
+        if self.identity:
+            return True
         for token_id in reversed(token_ids):
             if token_id == self.start_id:
                 return False
@@ -49,11 +78,15 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
         return self.end_id in delta_ids
 
     def extract_content_ids(self, token_ids: list[int]) -> list[int]:
+        if self.identity:
+            return token_ids
         if self.end_id not in token_ids[:-1]:
             return []
         return token_ids[token_ids.index(self.end_id) + 1 :]
 
     def extract(self, text: str) -> tuple[str | None, str | None]:
+        if self.identity:
+            return None, text
         before, start, after = text.partition(self.start_token)
         text = after if start else before
         if self.end_token not in text:
@@ -98,6 +131,11 @@ class ThinkTagsReasoningParser(TextSoFarReasoningParser):
         return ParsedDelta(reasoning=delta_text)
 
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        if self.identity:
+            return 0
+        return self.count_between_markers(token_ids)
+
+    def count_between_markers(self, token_ids: Sequence[int]) -> int:
         count = depth = 0
         for token_id in token_ids:
             if token_id == self.start_id:

@@ -53,6 +53,9 @@ class GrammarReasoningParser(ReasoningParser):
     def finish(self) -> ParsedDelta | None:
         return self.grammar_parser.finish_streaming()
 
+    def fallback_content(self) -> str | None:
+        return self.grammar_parser.streaming_fallback_content()
+
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
         if self._streamed:
             return self.grammar_parser.reasoning_tokens
