@@ -34,6 +34,7 @@ from tests.support.http_client import post
 from tests.support.parser_diff import Case, masked
 from tests.support.vllm_parsers import VllmMultiServer, parser_flags
 from tests.test_reasoning_parsers import COMMON, IN_PROCESS_ONLY, MISTRAL
+from tests.support.more_tool_cases import MORE_CASES
 from tests.test_tool_parsers import CASES, WITH_REASONING
 
 pytestmark = [pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
@@ -270,8 +271,12 @@ def test_runs_cover_every_parser():
     reasoning = {r for _, r in used if r}
     # Aliases (qwen3_json, llama4_json, qwen3_xml) are the same classes.
     assert tools == {"hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder"}
-    assert {TOOL_PARSERS[t] for t in TOOL_PARSERS} == {TOOL_PARSERS[t] for t in tools}
-    # The rest are compared with vLLM's in process (test_reasoning_parsers.py).
+    # The rest are compared with vLLM's in process (test_tool_parsers.py's
+    # MORE_CASES, test_reasoning_parsers.py's IN_PROCESS_ONLY).
+    run_here = {TOOL_PARSERS[t] for t in tools}
+    in_process = {TOOL_PARSERS[t] for t in MORE_CASES}
+    assert {TOOL_PARSERS[t] for t in TOOL_PARSERS} == run_here | in_process
+    assert not run_here & in_process
     assert reasoning | IN_PROCESS_ONLY == set(REASONING_PARSERS)
     assert not reasoning & IN_PROCESS_ONLY
     selected = sum(len(ids) for ids in TOOL_CASES.values()) + len(COMBINED) \
