@@ -114,6 +114,13 @@ class ParsedDelta:
     reasoning: Any = UNSET
     tool_calls: list[DeltaToolCall] = field(default_factory=list)
 
+    @classmethod
+    def new_call(cls, index: int, name: str) -> ParsedDelta:
+        """The delta that opens tool call ``index``: a new id, the type, the name."""
+        return cls(
+            tool_calls=[DeltaToolCall(index, id=make_tool_call_id(), type="function", name=name)]
+        )
+
     @property
     def text(self) -> str:
         """The content as a string ("" when unset or None)."""

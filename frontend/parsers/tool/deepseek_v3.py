@@ -167,13 +167,7 @@ class DeepSeekV3ToolParser(TextSoFarToolParser):
             if not name:
                 return None
             self.current_tool_name_sent = True
-            return ParsedDelta(
-                tool_calls=[
-                    DeltaToolCall(
-                        self.current_tool_id, id=make_tool_call_id(), type="function", name=name
-                    )
-                ]
-            )
+            return ParsedDelta.new_call(self.current_tool_id, name)
 
         if portion is None:
             return ParsedDelta(content=delta_text) if text_portion is not None else None

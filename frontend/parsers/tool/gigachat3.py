@@ -120,9 +120,7 @@ class GigaChat3ToolParser(TextSoFarToolParser):
                 return None
             self.tool_name_sent = True
             call["name"] = name
-            return ParsedDelta(
-                tool_calls=[DeltaToolCall(0, id=make_tool_call_id(), type="function", name=name)]
-            )
+            return ParsedDelta.new_call(0, name)
         if cur_args is None:
             return None
         prev_args = call.get("arguments_str", "")

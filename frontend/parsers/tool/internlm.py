@@ -98,11 +98,7 @@ class Internlm2ToolParser(TextSoFarToolParser):
                 self.current_tool_id = index = index + 1
                 if not isinstance(name, str):  # vLLM's delta refuses it, after counting
                     raise TypeError(name)
-                delta = ParsedDelta(
-                    tool_calls=[
-                        DeltaToolCall(index, id=make_tool_call_id(), type="function", name=name)
-                    ]
-                )
+                delta = ParsedDelta.new_call(index, name)
                 self.current_tool_name_sent = True
                 self.streamed_args_for_tool.append("")
         else:

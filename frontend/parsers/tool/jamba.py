@@ -107,11 +107,7 @@ class JambaToolParser(TextSoFarToolParser):
             if name:
                 if not isinstance(name, str):  # vLLM's delta refuses it
                     raise TypeError(name)
-                delta = ParsedDelta(
-                    tool_calls=[
-                        DeltaToolCall(index, id=make_tool_call_id(), type="function", name=name)
-                    ]
-                )
+                delta = ParsedDelta.new_call(index, name)
                 self.current_tool_name_sent = True
         else:
             prev = self.prev_tool_call_arr[index].get("arguments")

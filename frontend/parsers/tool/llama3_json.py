@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from frontend.parsers.json_partial import loads_partial
+from frontend.parsers.json_partial import common_prefix, loads_partial
 from frontend.parsers.text_so_far import TextSoFarToolParser
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.tool.base import is_complete_json
@@ -130,13 +130,7 @@ class Llama3JsonToolParser(TextSoFarToolParser):
         if not self._name_sent:
             name = current.get("name")
             if name:
-                delta = ParsedDelta(
-                    tool_calls=[
-                        DeltaToolCall(
-                            self._current, id=make_tool_call_id(), type="function", name=name
-                        )
-                    ]
-                )
+                delta = ParsedDelta.new_call(self._current, name)
                 self._name_sent = True
         else:
             args = current.get("arguments")
@@ -151,18 +145,9 @@ class Llama3JsonToolParser(TextSoFarToolParser):
                     previous_json = json.dumps(previous, ensure_ascii=False)
                     if args_json != previous_json:
                         # Only what both parses agree on is final.
-                        final = _common_prefix(previous_json, args_json)[sent:]
+                        final = common_prefix(previous_json, args_json)[sent:]
                 if final is not None:
                     delta = ParsedDelta(tool_calls=[DeltaToolCall(self._current, arguments=final)])
                     self.streamed_args_for_tool[self._current] += final
         self.prev_tool_call_arr = calls
         return delta
-
-
-def _common_prefix(a: str, b: str) -> str:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return a[:n]

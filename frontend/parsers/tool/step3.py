@@ -175,11 +175,7 @@ class Step3ToolParser(TextSoFarToolParser):
             if not self.current_tool_name_sent:
                 self.current_tool_name_sent = True
                 calls[index].update(call)
-                return ParsedDelta(
-                    tool_calls=[
-                        DeltaToolCall(index, id=make_tool_call_id(), type="function", name=name)
-                    ]
-                )
+                return ParsedDelta.new_call(index, name)
             calls[index].update(call)
             if end != -1:
                 self.position += end + len(CALL_END)
