@@ -20,6 +20,7 @@ from frontend.ops import argv as vllm_argv
 from frontend.ops import flags, logs, serving_flags, vllm_flags
 from frontend.ops.tracing import RequestTracer
 from frontend.parsers import REASONING_PARSERS, TOOL_PARSERS, ChatParsers, ParserTokenizer
+from frontend.parsers.plugins import load_plugin
 from frontend.routing import POLICIES
 from frontend.server import Server, ServerConfig
 from frontend.state import ServingConfig
@@ -217,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="split the model's reasoning from its answer (the `reasoning` "
         "field); same as --structured-outputs-config.reasoning_parser",
     )
+    for kind in ("tool", "reasoning"):
+        tools.add_argument(
+            f"--{kind}-parser-plugin",
+            default="",
+            help=f"a module name or Python file that registers {kind} parsers with "
+            f"frontend.parsers.plugins.{kind.title()}ParserManager.register_module "
+            "(vLLM's decorator); imported before the parser names are checked",
+        )
     so.add_arguments(p)
     flags.add_arguments(p)
     serving_flags.add_arguments(p)
@@ -330,6 +339,9 @@ def tooling_from_args(
 ) -> tuple[so.StructuredOutputsConfig, ChatParsers | None]:
     """The structured-outputs config and the chat parsers, checked as vLLM checks
     them at start-up. Raises ValueError with a message for the command line."""
+    # vLLM imports the plugins first: they may register the names asked for.
+    load_plugin(args.tool_parser_plugin, "--tool-parser-plugin")
+    load_plugin(args.reasoning_parser_plugin, "--reasoning-parser-plugin")
     config = so.config_from_args(args)
     if args.reasoning_parser:  # vLLM: --reasoning-parser sets the config's key
         config = dataclasses.replace(config, reasoning_parser=args.reasoning_parser)

@@ -81,17 +81,45 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
 }
 
 
-def _load(table: dict[str, tuple[str, str]], package: str, name: str, kind: str) -> type:
+# Classes registered at start-up by --tool-parser-plugin / --reasoning-parser-plugin
+# modules (frontend/parsers/plugins.py); as in vLLM, one wins over a built-in name.
+PLUGIN_TOOL_PARSERS: dict[str, type[ToolParser]] = {}
+PLUGIN_REASONING_PARSERS: dict[str, type[ReasoningParser]] = {}
+
+# vLLM's gpt-oss parsers work on the Harmony encoding, whose vocabulary file
+# openai_harmony downloads on first use: there is none to be had offline.
+HARMONY_ONLY = {"openai": "tool call parser", "openai_gptoss": "reasoning parser"}
+
+
+def tool_parser_names() -> list[str]:
+    return sorted(TOOL_PARSERS.keys() | PLUGIN_TOOL_PARSERS.keys())
+
+
+def reasoning_parser_names() -> list[str]:
+    return sorted(REASONING_PARSERS.keys() | PLUGIN_REASONING_PARSERS.keys())
+
+
+def _load(
+    table: dict[str, tuple[str, str]], plugins: dict[str, type], package: str, name: str, kind: str
+) -> type:
+    if name in plugins:
+        return plugins[name]
     target = table.get(name)
     if target is None:
-        raise ValueError(f"unknown {kind} {name!r}; available: {', '.join(sorted(table))}")
+        if HARMONY_ONLY.get(name) == kind:
+            raise ValueError(
+                f"the {kind} {name!r} (gpt-oss) needs the Harmony encoding, whose "
+                "vocabulary file cannot be had offline: not supported by this frontend"
+            )
+        available = sorted(table.keys() | plugins.keys())
+        raise ValueError(f"unknown {kind} {name!r}; available: {', '.join(available)}")
     module, cls = target
     return getattr(importlib.import_module(f"frontend.parsers.{package}.{module}"), cls)
 
 
 def tool_parser_class(name: str) -> type[ToolParser]:
-    return _load(TOOL_PARSERS, "tool", name, "tool call parser")
+    return _load(TOOL_PARSERS, PLUGIN_TOOL_PARSERS, "tool", name, "tool call parser")
 
 
 def reasoning_parser_class(name: str) -> type[ReasoningParser]:
-    return _load(REASONING_PARSERS, "reasoning", name, "reasoning parser")
+    return _load(REASONING_PARSERS, PLUGIN_REASONING_PARSERS, "reasoning", name, "reasoning parser")

@@ -19,7 +19,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from frontend.errors import lax_bool
-from frontend.parsers.registry import REASONING_PARSERS
+from frontend.parsers.plugins import load_plugin
+from frontend.parsers.registry import reasoning_parser_class
 
 FLAG = "--structured-outputs-config"
 BACKENDS = ("auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer")
@@ -58,16 +59,8 @@ class StructuredOutputsConfig:
             raise ValueError(
                 "disable_additional_properties is only supported for the guidance backend."
             )
-        if self.reasoning_parser and self.reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(
-                f"unknown reasoning parser {self.reasoning_parser!r}; available: "
-                f"{', '.join(sorted(REASONING_PARSERS))}"
-            )
-        if self.reasoning_parser_plugin:
-            raise ValueError(
-                f"{FLAG}: reasoning parser plugins are not supported by this "
-                "frontend (its parsers are its own code)"
-            )
+        if self.reasoning_parser:  # raises for an unknown name, as vLLM refuses to start
+            reasoning_parser_class(self.reasoning_parser)
 
 
 _CONFIG_FIELDS = {f.name: f.type for f in fields(StructuredOutputsConfig)}
@@ -125,6 +118,8 @@ def make_config(values: dict[str, Any]) -> StructuredOutputsConfig:
         elif not isinstance(value, str):
             raise ValueError(f"{FLAG}: {name} must be a string, got {value!r}")
         converted[name] = value
+    # vLLM imports the plugin before it checks the reasoning parser's name.
+    load_plugin(converted.get("reasoning_parser_plugin"), f"{FLAG}.reasoning_parser_plugin")
     return StructuredOutputsConfig(**converted)
 
 
