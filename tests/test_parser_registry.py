@@ -37,6 +37,10 @@ KINDS = {
 def vllm_table(package: str, table: str) -> dict[str, tuple[str, str]]:
     """vLLM's name -> (module, class) table, from its source (vLLM is not imported)."""
     require_vllm()
+    return _read_table(package, table)
+
+
+def _read_table(package: str, table: str) -> dict[str, tuple[str, str]]:
     vllm = importlib.util.find_spec("vllm")  # finds the package without importing it
     assert vllm is not None and vllm.origin
     source = pathlib.Path(vllm.origin).parent.joinpath(
@@ -75,3 +79,54 @@ def test_every_entry_is_one_module_with_its_class_on_one_base(kind):
         cls = load(name)
         assert cls.__name__ == cls_name and cls.__module__.endswith(f".{folder}.{module}")
         assert issubclass(cls, protocol) and issubclass(cls, bases), (name, cls.__mro__)
+
+
+def vllm_names() -> list[tuple[str, str]]:
+    """(kind, name) for every parser vLLM registers (at collection: without
+    vLLM installed there are none, and the tests above fail or skip)."""
+    if importlib.util.find_spec("vllm") is None:
+        return []
+    return [(kind, name) for kind, (_, package, table, *_) in sorted(KINDS.items())
+            for name in sorted(_read_table(package, table))]
+
+
+def compared_with_vllm(kind: str) -> set[str]:
+    """The names whose parser the differential tests compare with vLLM's, delta by delta."""
+    if kind == "tool":
+        from tests.support.more_tool_cases import MORE_CASES
+        from tests.test_tool_parsers import CASES
+
+        return {*CASES, *MORE_CASES}
+    from tests.test_reasoning_parsers import IN_PROCESS_ONLY
+
+    return {*IN_PROCESS_ONLY, "deepseek_r1", "qwen3", "mistral"}  # (the last: MISTRAL)
+
+
+# Not ported yet (issue 27): expected to fail, strictly (one that passes must leave the list).
+NOT_YET: set[tuple[str, str]] = {
+    ("reasoning", n) for n in ("cohere_command3", "cohere_command4", "gemma4", "hf", "inkling",
+                               "kimi_k3", "minicpmv", "plamo3")
+} | {
+    ("tool", n) for n in ("apertus", "cohere_command3", "cohere_command4", "deepseek_v4",
+                          "deepseek_v41", "dots", "functiongemma", "gemma4", "granite", "hf",
+                          "hunyuan_a13b", "hy_v3", "hy_v4", "inkling", "k2_horizon", "kimi_k3",
+                          "lfm2", "ling3", "minicpm5", "minimax_m3", "muse_glimmer", "plamo3",
+                          "poolside_v1", "xlam")
+}
+
+
+@pytest.mark.parametrize("kind, name", [
+    pytest.param(kind, name, id=f"{kind}-{name}", marks=[pytest.mark.xfail(
+        strict=True, reason="not ported yet")] if (kind, name) in NOT_YET else [])
+    for kind, name in vllm_names()])
+def test_every_parser_vllm_registers_is_here_and_compared_with_vllms(kind, name):
+    """Generated from vLLM's registry: a name vLLM registers that this frontend
+    lacks, or whose parser no differential test runs, fails here by name."""
+    ours, *_, load, _, _ = KINDS[kind]
+    if name in registry.HARMONY_ONLY:  # gpt-oss: refused, with the reason
+        with pytest.raises(ValueError, match="needs the Harmony encoding"):
+            load(name)
+        return
+    assert name in ours, f"vLLM's {kind} parser {name!r} is not here"
+    compared = {ours[n] for n in compared_with_vllm(kind)}  # an alias shares its class's cases
+    assert ours[name] in compared, f"no differential cases run {name!r}'s parser"
