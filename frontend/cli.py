@@ -218,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="split the model's reasoning from its answer (the `reasoning` "
         "field); same as --structured-outputs-config.reasoning_parser",
     )
+    tools.add_argument(
+        "--tool-strict-level",
+        default="auto",
+        choices=("auto", "function", "parameter"),
+        help="the floor for constraining tool calls with the parser's structural tag: "
+        "auto (from tool_choice and each tool's strict), function (the call's "
+        "envelope for every request with tools), parameter (and every tool's "
+        "arguments, as if strict)",
+    )
     for kind in ("tool", "reasoning"):
         tools.add_argument(
             f"--{kind}-parser-plugin",
@@ -355,6 +364,7 @@ def tooling_from_args(
         ParserTokenizer.from_model(model),
         tool_parser=tool_parser,
         reasoning_parser=config.reasoning_parser or None,
+        tool_strict_level=args.tool_strict_level,
     )
     return config, parsers
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -31,10 +32,12 @@ from harness.frontend import launch_mock_stack
 from harness.ports import free_port
 from harness.waits import Watch
 from tests.support.http_client import post
-from tests.support.parser_diff import Case, masked
-from tests.support.vllm_parsers import VllmMultiServer, parser_flags
-from tests.test_reasoning_parsers import COMMON, IN_PROCESS_ONLY, MISTRAL
+from frontend.parsers import registry
+from tests.support.marker_model import MARKERS
 from tests.support.more_tool_cases import MORE_CASES
+from tests.support.parser_diff import Case, masked, tokenizer_dir
+from tests.support.vllm_parsers import VllmMultiServer, parser_flags
+from tests.test_reasoning_parsers import COMMON, FAMILY, FAMILY_TOKENS, IN_PROCESS_ONLY, MISTRAL
 from tests.test_tool_parsers import CASES, WITH_REASONING
 
 pytestmark = [pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
@@ -66,6 +69,45 @@ COMBINED = ["qwen3-hermes", "qwen3-hermes-implicit", "r1-hermes-no-start",
             "qwen3-hermes-no-thinking", "qwen3-hermes-hidden", "qwen3-coder",
             "qwen3-coder-implicit", "r1-pythonic", "r1-llama", "qwen3-mistral", "r1-mistral"]
 
+# One parser per grammar (frontend/parsers/grammar/<model>.py, vLLM's
+# declarative parsers): a tool parser on its MORE_CASES, else a reasoning
+# parser on its own and the common reasoning cases. The tokenizer has every
+# family's marker tokens.
+GRAMMAR_TOOL_CASES = ["one-call", "two-calls", "text-before", "text-around", "truncated",
+                      "malformed", "unicode", "required"]
+MACHINERY = {"lexer", "machine", "parser"}
+
+
+def grammar_of(cls: type) -> str | None:
+    """The grammar module a grammar parser's module builds its parser from."""
+    if not cls.grammar_based:
+        return None
+    used = {getattr(value, "__module__", "") for value in vars(sys.modules[cls.__module__]).values()}
+    grammars = {m.rsplit(".", 1)[1] for m in used if m.startswith("frontend.parsers.grammar.")}
+    [grammar] = grammars - MACHINERY or {None}
+    return grammar
+
+
+def grammar_runs() -> dict[str, list[Case]]:
+    """config name -> cases, one parser per grammar not run by the sets above."""
+    runs: dict[str, list[Case]] = {}
+    seen = {"mistral", "qwen3"}  # run above (mistral's tool parser, qwen3's reasoning)
+    for name in sorted(MORE_CASES):
+        grammar = grammar_of(registry.tool_parser_class(name))
+        if grammar and grammar not in seen:
+            seen.add(grammar)
+            runs[name] = [c for c in MORE_CASES[name] if c.id in GRAMMAR_TOOL_CASES]
+    for name in sorted(FAMILY):
+        grammar = grammar_of(registry.reasoning_parser_class(name))
+        if grammar and grammar not in seen:
+            seen.add(grammar)
+            runs[f"reasoning-{name}"] = [c for c in COMMON if c.id in REASONING_CASES[:6]] \
+                + FAMILY[name][1][:3]
+    return runs
+
+
+GRAMMAR_RUNS = grammar_runs()
+
 RUNS: list[tuple[str, Case]] = [
     *((tool, case) for tool, cases in CASES.items() for case in cases
       if case.id in TOOL_CASES[tool]),
@@ -74,28 +116,43 @@ RUNS: list[tuple[str, Case]] = [
     *((name, case) for name in ("deepseek_r1", "qwen3") for case in COMMON
       if case.id in REASONING_CASES),
     *(("mistral+mistral", case) for case in MISTRAL[:2]),
+    *((name, case) for name, cases in GRAMMAR_RUNS.items() for case in cases),
 ]
 # name -> (tool parser, reasoning parser)
 PARSERS = {**{tool: (tool, None) for tool in CASES},
            **{f"{tool}+{reasoning}": (tool, reasoning) for tool, reasoning, _ in WITH_REASONING},
            "deepseek_r1": (None, "deepseek_r1"), "qwen3": (None, "qwen3"),
-           "mistral+mistral": ("mistral", "mistral")}
+           "mistral+mistral": ("mistral", "mistral"),
+           **{name: (None, name.removeprefix("reasoning-")) if name.startswith("reasoning-")
+              else (name, None) for name in GRAMMAR_RUNS}}
 CONFIGS = {name: PARSERS[name] for name in dict.fromkeys(name for name, _ in RUNS)}
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir) -> Tokenizer:
-    return Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
+def model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model's files, its tokenizer with every family's marker tokens
+    (in its vocabulary: the mock plays only ids below ``vocab_size``)."""
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("markers"),
+                         {**dict(MARKERS), **FAMILY_TOKENS})
+    config = json.loads((path / "config.json").read_text())
+    config["vocab_size"] = Tokenizer.from_file(str(path / "tokenizer.json")).get_vocab_size()
+    (path / "config.json").write_text(json.dumps(config))
+    return path
 
 
 @pytest.fixture(scope="module")
-def vllm_servers(tiny_model_dir, tmp_path_factory):
+def tokenizer(model_dir) -> Tokenizer:
+    return Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+
+
+@pytest.fixture(scope="module")
+def vllm_servers(model_dir, tmp_path_factory):
     """vLLM's API server with every parser flag set, on one scripted mock."""
     workdir = tmp_path_factory.mktemp("vllm-parsers")
     port = free_port()
     mock, control = spawn_mock(f"tcp://127.0.0.1:{port}", workdir / "mock.log",
-                               "--model", str(tiny_model_dir), "--step-time", STEP_TIME)
-    server = VllmMultiServer(tiny_model_dir, port,
+                               "--model", str(model_dir), "--step-time", STEP_TIME)
+    server = VllmMultiServer(model_dir, port,
                              {name: parser_flags(*flags) for name, flags in CONFIGS.items()},
                              workdir / "vllm.log",
                              watch=[Watch("the mock engine", mock, workdir / "mock.log")])
@@ -132,8 +189,8 @@ class OurStacks:
 
 
 @pytest.fixture(scope="module")
-def ours(tiny_model_dir, tmp_path_factory):
-    stacks = OurStacks(tiny_model_dir, tmp_path_factory.mktemp("our-parsers"))
+def ours(model_dir, tmp_path_factory):
+    stacks = OurStacks(model_dir, tmp_path_factory.mktemp("our-parsers"))
     yield stacks
     stacks.close()
 
@@ -269,16 +326,24 @@ def test_runs_cover_every_parser():
     used = {flags for flags in CONFIGS.values()}
     tools = {tool for tool, _ in used if tool}
     reasoning = {r for _, r in used if r}
-    # Aliases (qwen3_json, llama4_json, qwen3_xml) are the same classes.
-    assert tools == {"hermes", "llama3_json", "mistral", "pythonic", "qwen3_coder"}
-    # The rest are compared with vLLM's in process (test_tool_parsers.py's
+    # The five first formats, and one parser per grammar; aliases (qwen3_json,
+    # llama4_json, qwen3_xml) are the same classes.
+    assert tools - set(GRAMMAR_RUNS) == {"hermes", "llama3_json", "mistral", "pythonic",
+                                         "qwen3_coder"}
+    # Every other parser is compared with vLLM's in process (test_tool_parsers.py's
     # MORE_CASES, test_reasoning_parsers.py's IN_PROCESS_ONLY).
     run_here = {TOOL_PARSERS[t] for t in tools}
     in_process = {TOOL_PARSERS[t] for t in MORE_CASES}
     assert {TOOL_PARSERS[t] for t in TOOL_PARSERS} == run_here | in_process
-    assert not run_here & in_process
     assert reasoning | IN_PROCESS_ONLY == set(REASONING_PARSERS)
-    assert not reasoning & IN_PROCESS_ONLY
+    # Every grammar some parser runs is run here by one of them.
+    grammars = {grammar_of(cls) for cls in
+                [*map(registry.tool_parser_class, TOOL_PARSERS),
+                 *map(registry.reasoning_parser_class, REASONING_PARSERS)]} - {None}
+    run = {grammar_of(registry.tool_parser_class(t)) for t in tools} | {
+        grammar_of(registry.reasoning_parser_class(r)) for r in reasoning}
+    assert grammars <= run, sorted(grammars - run)
+    assert all(GRAMMAR_RUNS.values()), GRAMMAR_RUNS  # (a renamed case would drop out silently)
     selected = sum(len(ids) for ids in TOOL_CASES.values()) + len(COMBINED) \
-        + 2 * len(REASONING_CASES) + 2
-    assert len(RUNS) == selected >= 70  # (a renamed case would drop out silently)
+        + 2 * len(REASONING_CASES) + 2 + sum(map(len, GRAMMAR_RUNS.values()))
+    assert len(RUNS) == selected >= 100

@@ -51,6 +51,7 @@ FRONTEND_FLAGS = {
     "ssl_keyfile",
     "tool_call_parser",
     "tool_parser_plugin",
+    "tool_strict_level",
     "uds",
     "enable_server_load_tracking",
     "enable_tokenizer_info_endpoint",

@@ -386,6 +386,7 @@ def plan(
             response_format=response_format,
             structured_outputs=structured_outputs,
             constraints=constraints,
+            strict_level=parsers.tool_strict_level,
         )
     # vLLM's resolve_reasoning_ended and reasoning_parser_kwargs.
     if parsers is not None and parsers.reasoning_parser is not None:

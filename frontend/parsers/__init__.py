@@ -81,7 +81,8 @@ class ChatParsers:
 
     ``tool_parser`` is vLLM's ``--tool-call-parser`` (vLLM uses it only with
     ``--enable-auto-tool-choice``); ``reasoning_parser`` its
-    ``--reasoning-parser``.  Unknown names and tokenizers without the
+    ``--reasoning-parser``; ``tool_strict_level`` its ``--tool-strict-level``
+    (auto, function, parameter).  Unknown names and tokenizers without the
     parsers' marker tokens raise ValueError, as vLLM refuses to start.
     """
 
@@ -91,8 +92,10 @@ class ChatParsers:
         *,
         tool_parser: str | None = None,
         reasoning_parser: str | None = None,
+        tool_strict_level: str = "auto",
     ) -> None:
         self.tokenizer = tokenizer
+        self.tool_strict_level = tool_strict_level
         self.tool_parser = tool_parser_class(tool_parser) if tool_parser else None
         self.reasoning_parser = (
             reasoning_parser_class(reasoning_parser) if reasoning_parser else None

@@ -48,6 +48,16 @@ class RequestAdjustment:
     # with the request's own structured output ("auto" with
     # response_format/structured_outputs; see adjust_chat_request).
     structural_tag_model: str | None = None
+    # The tools as the tag constrains them (--tool-strict-level parameter pins
+    # every tool's arguments, as if it were strict).
+    tag_tools: list[dict] | None = None
+
+
+# --tool-strict-level (vLLM's ToolStrictLevel): the server's floor for tool-call
+# structural tags. auto: from tool_choice and each tool's own ``strict``;
+# function: every request with tools gets the call envelope; parameter: and
+# every tool's arguments, as if ``strict: true``.
+STRICT_LEVELS = {"auto": 0, "function": 1, "parameter": 2}
 
 
 def adjust_request(
@@ -60,9 +70,10 @@ def adjust_request(
     has_structured_outputs: bool = False,
     response_format_type: str | None = None,
     structured_outputs_tag: bool = False,
+    strict_level: str = "auto",
 ) -> RequestAdjustment:
-    """The adjustment vLLM 0.32 makes (``VLLM_ENFORCE_STRICT_TOOL_CALLING=1``,
-    ``--tool-strict-level auto``).
+    """The adjustment vLLM 0.32 makes (``VLLM_ENFORCE_STRICT_TOOL_CALLING=1``)
+    under ``--tool-strict-level`` ``strict_level``.
 
     ``has_structured_outputs``: the request sets ``structured_outputs``
     (vLLM's extension), ``structured_outputs_tag``: as a structural tag;
@@ -100,18 +111,22 @@ def adjust_request(
             isinstance(t.get("function"), dict) and t["function"].get("strict") is True
             for t in tools
         )
-        single_call = parallel_tool_calls is False and not (
-            auto and (has_structured_outputs or response_format_type not in (None, "text"))
-        )
-        function_level = tool_parser.default_tool_strict_level == "function"
-        if not auto or any_strict or single_call or function_level:
+        own_output = has_structured_outputs or response_format_type not in (None, "text")
+        level = STRICT_LEVELS[strict_level]
+        if level == 0 and tool_parser.default_tool_strict_level is not None:
+            level = STRICT_LEVELS[tool_parser.default_tool_strict_level]
+        if parallel_tool_calls is False and not (auto and own_output):
+            level = max(level, 1)  # limiting the calls needs their envelope in the tag
+        if not auto or any_strict or level > 0:
             out.structural_tag_model = tool_parser.structural_tag_model
             out.json_schema = None  # the tag replaces any structured output
-            if not (
-                auto and (has_structured_outputs or response_format_type not in (None, "text"))
-            ):
+            out.tag_tools = tools if level < 2 else [_pinned(t) for t in tools]
+            if not (auto and own_output):
                 out.structural_tag = structural_tag_json(
-                    tool_parser.structural_tag_model, tools, tool_choice, parallel_tool_calls
+                    tool_parser.structural_tag_model,
+                    out.tag_tools,
+                    tool_choice,
+                    parallel_tool_calls,
                 )
 
     if tool_parser.mistral_guided_schema:
@@ -132,6 +147,13 @@ def adjust_request(
     return out
 
 
+def _pinned(tool: dict) -> dict:
+    """The tool with ``strict: true`` (a copy: the request's tools stay as sent)."""
+    if not isinstance(tool.get("function"), dict):
+        return tool
+    return {**tool, "function": {**tool["function"], "strict": True}}
+
+
 def adjust_chat_request(
     tool_parser: type[ToolParser] | None,
     reasoning_parser: type[ReasoningParser] | None,
@@ -142,6 +164,7 @@ def adjust_chat_request(
     response_format: Any,
     structured_outputs: Any,
     constraints: Constraints,
+    strict_level: str = "auto",
 ) -> tuple[Constraints, bool | None]:
     """:func:`adjust_request` for a chat request: its grammar constraint after
     the adjustment, and the ``skip_special_tokens`` it forces (None: the
@@ -158,6 +181,7 @@ def adjust_chat_request(
             has_structured_outputs=structured_outputs is not None,
             response_format_type=rf_type,
             structured_outputs_tag=so_fields.get("structural_tag") is not None,
+            strict_level=strict_level,
         )
     except ToolSchemaError as e:
         raise invalid(str(e), e.param) from None
@@ -165,7 +189,10 @@ def adjust_chat_request(
         constraints = Constraints({"structural_tag": adjustment.structural_tag}, None)
     elif adjustment.structural_tag_model is not None:
         constraints = _tools_or_output(
-            adjustment.structural_tag_model, tools or [], parallel_tool_calls, constraints
+            adjustment.structural_tag_model,
+            adjustment.tag_tools or [],
+            parallel_tool_calls,
+            constraints,
         )
     elif adjustment.json_schema is not None:
         constraints = Constraints({"json": adjustment.json_schema}, None)
