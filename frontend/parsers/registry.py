@@ -46,6 +46,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "seed_oss": ("qwen3_variants", "SeedOssEngineToolParser"),
     "step3": ("step3", "Step3ToolParser"),
     "step3p5": ("qwen3_variants", "Step3p5ToolParser"),
+    "xlam": ("xlam", "xLAMToolParser"),
 }
 
 REASONING_PARSERS: dict[str, tuple[str, str]] = {
