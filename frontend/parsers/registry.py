@@ -17,6 +17,7 @@ from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tool.base import ToolParser
 
 TOOL_PARSERS: dict[str, tuple[str, str]] = {
+    "apertus": ("apertus", "ApertusToolParser"),
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
     "deepseek_v32": ("deepseek_v32", "DeepSeekV32EngineToolParser"),

@@ -54,9 +54,57 @@ XLAM = [
     Case("no-eos", f"[{W}, {S}]", eos=False),
 ]
 
+P, X = "<|tools_prefix|>", "<|tools_suffix|>"
+AW = '{"get_weather": {"city": "Paris", "days": 3}}'
+AS = '{"search": {"query": "café ☕", "tags": ["a"]}}'
+AN = '{"get_weather": {"city": "Oslo", "options": {"detail": 0.5}}}'
+
+APERTUS = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{P}[{AW}]{X}"),
+    Case("text-before", f"I will check. {P}[{AW}]{X}"),
+    Case("text-after", f"{P}[{AW}]{X} Done."),
+    Case("text-around", f"Sure.\n{P}[{AW}, {AS}]{X}\nDone."),
+    Case("two-calls", f"{P}[{AW}, {AS}]{X}"),
+    Case("three-calls", f"{P}[{AS}, {AN}, {AW}]{X}"),
+    Case("newlines", f"{P}\n[{AW},\n {AS}]\n{X}"),
+    Case("no-suffix", f"{P}[{AW}]"),
+    Case("no-suffix-text-after", f"{P}[{AW}] and then some"),
+    Case("trailing-in-block", f"{P}[{AW}] oops{X}"),
+    Case("two-blocks", f"{P}[{AW}]{X} then {P}[{AS}]{X}"),
+    Case("truncated", f'{P}[{{"get_weather": {{"city": "Pa'),
+    Case("truncated-name", f'{P}[{{"get_wea'),
+    Case("truncated-second", f'{P}[{AW}, {{"search": {{"query": "x'),
+    Case("empty-array", f"{P}[]{X}"),
+    Case("object", f"{P}{AW}{X}"),
+    Case("empty-args", f'{P}[{{"search": {{}}}}]{X}'),
+    Case("null-args", f'{P}[{{"search": null}}, {AW}]{X}'),
+    Case("string-args", f'{P}[{{"search": "rain"}}]{X}'),
+    Case("nested-args", f"{P}[{AN}]{X}"),
+    Case("two-keys", f'{P}[{{"search": {{"query": "a"}}, "get_weather": {{}}}}]{X}'),
+    Case("not-objects", f"{P}[1, {AW}]{X}"),
+    Case("malformed", f'{P}[{{"search": {{"query": }}}}]{X}'),
+    Case("garbage", f"{P}not json{X}"),
+    Case("prefix-only", f"Hi {P}"),
+    Case("partial-marker", "Checking <|tools_"),
+    Case("not-a-marker", "a <|tool b"),
+    Case("unicode", f'{P}[{{"search": {{"query": "日本語 👍🏽 naïve"}}}}]{X}'),
+    Case("required", f"{P}[{AW}]{X}", tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+    Case("choice-none", f"ok {P}[{AW}]{X}", tool_choice="none"),
+    Case("no-tools", f"{P}[{AW}]{X}", tools=None),
+    Case("skipped-special", f"ok {P}[{AW}]{X}", skip_special=True),
+    Case("no-eos", f"ok {P}[{AW}, {AS}]{X}", eos=False),
+]
+
 CASES: dict[str, list[Case]] = {
     "xlam": XLAM,
+    "apertus": APERTUS,
 }
 
 # (text, special) the cases need in the tokenizer.
-MARKERS: list[tuple[str, bool]] = []
+MARKERS: list[tuple[str, bool]] = [
+    # Apertus (special tokens).
+    ("<|tools_prefix|>", True),
+    ("<|tools_suffix|>", True),
+]
