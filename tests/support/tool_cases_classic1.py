@@ -97,9 +97,70 @@ APERTUS = [
     Case("no-eos", f"ok {P}[{AW}, {AS}]{X}", eos=False),
 ]
 
+DS, DE = "<dots_function_call>", "</dots_function_call>"
+
+
+def dots(name: str, params: dict[str, str], quote: str = '"') -> str:
+    body = "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in params.items())
+    return f"<invoke name={quote}{name}{quote}>\n{body}</invoke>\n"
+
+
+DW = dots("get_weather", {"city": "Paris", "days": "3"})
+DSEARCH = dots("search", {"query": "a b", "tags": '["x"]'})
+TYPED_TOOLS = [{"type": "function", "function": {
+    "name": "typed", "parameters": {
+        "type": "object", "$defs": {"Loc": {"type": "object"}, "N": {"type": "number"}},
+        "properties": {
+            "s": {"type": "string"}, "i": {"type": "integer"}, "f": {"type": "number"},
+            "b": {"type": "boolean"}, "o": {"$ref": "#/$defs/Loc"},
+            "n": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/N"}]},
+            "u": {"type": ["null", "integer"]}, "a": {"type": "array"},
+            "x": {"oneOf": [{"type": "null"}, {"description": "no type"}]},
+        }}}}]
+
+DOTS = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{DS}\n{DW}{DE}"),
+    Case("text-before", f"Let me check.\n{DS}\n{DW}{DE}"),
+    Case("text-after", f"{DS}\n{DW}{DE}\nDone."),
+    Case("two-invokes", f"{DS}\n{DW}{DSEARCH}{DE}"),
+    Case("two-blocks", f"{DS}\n{DW}{DE}\n{DS}\n{DSEARCH}{DE}"),
+    Case("quotes", f"{DS}{dots('search', {'query': 'x'}, quote=chr(39))}"
+                   f"{dots('get_weather', {'city': 'y'}, quote='')}{DE}"),
+    Case("typed", f"{DS}" + dots("get_weather", {
+        "city": "Oslo", "days": "2.0", "metric": "1", "options": '{"detail": 2}'}) + DE),
+    Case("typed-schema", f"{DS}" + dots("typed", {
+        "s": " x ", "i": "7", "f": "2.5", "b": "True", "o": '{"k": 1}', "n": "4.0",
+        "u": "9", "a": "[1, 2]", "x": "[1]", "extra": "null"}) + DE, tools=TYPED_TOOLS),
+    Case("bad-numbers", f"{DS}" + dots("typed", {"i": "x", "f": "1e3", "a": "[1"}) + DE,
+         tools=TYPED_TOOLS),
+    Case("json-body", f'{DS}{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}{DE}'),
+    Case("json-body-text", f'ok {DS}\n{{"name": "search", "parameters": {{"query": "q"}}}}\n{DE} x'),
+    Case("json-then-invoke", f'{DS}{{"name": "search", "arguments": {{}}}}{DE}{DS}{DW}{DE}'),
+    Case("json-no-args", f'{DS}{{"name": "search"}}{DE}'),
+    Case("json-bad-args", f'{DS}{{"name": "search", "arguments": [1]}}{DE}'),
+    Case("json-list", f'{DS}[{{"name": "search", "arguments": {{}}}}]{DE}'),
+    Case("json-unclosed", f'{DS}{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}'),
+    Case("unknown-tool", f"{DS}\n{dots('other', {'n': '5'})}{DE}"),
+    Case("unknown-then-known", f"{DS}\n{dots('other', {'n': '5'})}{DW}{DE}"),
+    Case("no-invoke", f"{DS}<invoke>{DE}"),
+    Case("malformed", f"{DS}not json{DE} after"),
+    Case("empty-block", f"a {DS}{DE} b"),
+    Case("stray-end", f"text {DE} more"),
+    Case("truncated", f'{DS}\n<invoke name="get_weather">\n<parameter name="city">Pa'),
+    Case("partial-marker", "Checking <dots_func"),
+    Case("unicode", f"{DS}{dots('search', {'query': '東京 👍🏽 é'})}{DE}"),
+    Case("required", f"{DS}\n{DW}{DE}", tool_choice="required"),
+    Case("named", f"{DS}\n{DW}{DE}", tool_choice=NAMED),
+    Case("choice-none", f"ok {DS}\n{DW}{DE}", tool_choice="none"),
+    Case("no-tools", f"{DS}\n{DW}{DE}", tools=None),
+    Case("no-eos", f"ok {DS}\n{DW}{DSEARCH}{DE}", eos=False),
+]
+
 CASES: dict[str, list[Case]] = {
     "xlam": XLAM,
     "apertus": APERTUS,
+    "dots": DOTS,
 }
 
 # (text, special) the cases need in the tokenizer.
