@@ -192,7 +192,9 @@ class ApertusToolParser(TextSoFarToolParser):
         if not self.current_tool_name_sent:
             self.current_tool_name_sent = True
             pieces.append(
-                DeltaToolCall(index, id=make_tool_call_id(), type="function", name=name, arguments="")
+                DeltaToolCall(
+                    index, id=make_tool_call_id(), type="function", name=name, arguments=""
+                )
             )
         if args is None:
             return

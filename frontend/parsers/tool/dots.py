@@ -217,7 +217,9 @@ class DotsToolParser(TextSoFarToolParser):
             self.current_tool_name_sent = True
         streamed = self.streamed_args_for_tool[self.current_tool_id]
         if serialized.startswith(streamed) and serialized != streamed:
-            pieces.append(DeltaToolCall(self.current_tool_id, arguments=serialized[len(streamed) :]))
+            pieces.append(
+                DeltaToolCall(self.current_tool_id, arguments=serialized[len(streamed) :])
+            )
             self.streamed_args_for_tool[self.current_tool_id] = serialized
 
     def _close_block(self, body: str, text: list[str], pieces: list[DeltaToolCall]) -> None:
@@ -241,7 +243,9 @@ class DotsToolParser(TextSoFarToolParser):
             self.prev_tool_call_arr[index] = {"name": name, "arguments": arguments}
             self.streamed_args_for_tool[index] = serialized
         for name, arguments in valid:
-            pieces.append(self._new_call(name, arguments, json.dumps(arguments, ensure_ascii=False)))
+            pieces.append(
+                self._new_call(name, arguments, json.dumps(arguments, ensure_ascii=False))
+            )
         if not valid and not begun:
             text.append(body.strip())
 

@@ -136,7 +136,8 @@ class xLAMToolParser(TextSoFarToolParser):  # noqa: N801 (vLLM's class name)
     ) -> ParsedDelta | None:
         _, body = preprocess(current_text)
         has_block = any(
-            marker in current_text for marker in ("```json", "```\n[", "[TOOL_CALLS]", "<tool_call>")
+            marker in current_text
+            for marker in ("```json", "```\n[", "[TOOL_CALLS]", "<tool_call>")
         )
         stripped = current_text.strip()
         is_block = (
@@ -216,7 +217,9 @@ class xLAMToolParser(TextSoFarToolParser):  # noqa: N801 (vLLM's class name)
                 calls = None
             if isinstance(calls, list) and index < len(calls):
                 value: Any = calls[index].get("arguments", "{}")  # a non-object raises
-                args = json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else str(value)
+                args = (
+                    json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else str(value)
+                )
 
         if not sent.prefix and args.startswith("{"):
             sent.prefix = True
