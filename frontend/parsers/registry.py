@@ -17,9 +17,11 @@ from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tool.base import ToolParser
 
 TOOL_PARSERS: dict[str, tuple[str, str]] = {
+    "apertus": ("apertus", "ApertusToolParser"),
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
     "deepseek_v32": ("deepseek_v32", "DeepSeekV32EngineToolParser"),
+    "dots": ("dots", "DotsToolParser"),
     "ernie45": ("ernie45", "Ernie45ToolParser"),
     "gigachat3": ("gigachat3", "GigaChat3ToolParser"),
     "glm45": ("glm47", "Glm47MoeModelToolParser"),
@@ -46,6 +48,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "seed_oss": ("qwen3_variants", "SeedOssEngineToolParser"),
     "step3": ("step3", "Step3ToolParser"),
     "step3p5": ("qwen3_variants", "Step3p5ToolParser"),
+    "xlam": ("xlam", "xLAMToolParser"),
 }
 
 REASONING_PARSERS: dict[str, tuple[str, str]] = {
