@@ -26,6 +26,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "glm47": ("glm47", "Glm47MoeModelToolParser"),
     "granite-20b-fc": ("granite_20b_fc", "Granite20bFCToolParser"),
     "granite4": ("granite4", "Granite4ToolParser"),
+    "hunyuan_a13b": ("hunyuan_a13b", "HunyuanA13BToolParser"),
     "hermes": ("hermes", "HermesToolParser"),
     "internlm": ("internlm", "Internlm2ToolParser"),
     "jamba": ("jamba", "JambaToolParser"),

@@ -1,0 +1,59 @@
+"""Cases of the tool parsers ported by group classic2 (hunyuan_a13b, ...),
+compared with vLLM's parsers as ``MORE_CASES`` are (hooked into
+tests/support/more_tool_cases.py); ``MARKERS``: the marker tokens they need
+beyond those already in tests/support/marker_model.py."""
+
+from __future__ import annotations
+
+from tests.support.parser_diff import Case
+
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+# Hunyuan-A13B: a JSON array in <tool_calls> (tokens shared with Jamba's).
+HW = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+HS = '{"name": "search", "arguments": {"query": "rain", "tags": ["a"]}}'
+HE = '{"name": "search", "arguments": {}}'
+
+
+def hy(*calls: str, sep: str = ", ") -> str:
+    return "<tool_calls>[" + sep.join(calls) + "]</tool_calls>"
+
+
+HUNYUAN_A13B = [
+    Case("plain", "The weather is nice today."),
+    Case("assistant-prefix", "助手：The weather is nice."),
+    Case("one-call", hy(HW)),
+    Case("bare-array", f"[{HW}]"),
+    Case("space-before", f"  {hy(HW)}"),
+    Case("text-before", f"Let me check. {hy(HW)}"),
+    Case("text-after", f"{hy(HW)} done"),
+    Case("two-calls", hy(HW, HS)),
+    Case("two-calls-tight", hy(HW, HS, sep=",")),
+    Case("empty-args", hy(HE)),
+    Case("empty-args-second", hy(HW, HE, sep=",")),
+    Case("empty-args-first", hy(HE, HW, sep=",")),
+    Case("nested", hy('{"name": "get_weather", "arguments": {"options": {"detail": 0.5}, '
+                      '"metric": true}}')),
+    Case("string-args", hy('{"name": "search", "arguments": "{\\"query\\": \\"x\\"}"}')),
+    Case("bad-name", hy('{"name": 5, "arguments": {}}')),
+    Case("not-a-list", f"<tool_calls>{HW}</tool_calls>"),
+    Case("no-args", hy('{"name": "search"}')),
+    Case("malformed", '<tool_calls>[{"name": "search", "arguments": {"q": }}]</tool_calls>'),
+    Case("in-think", f"<think>{hy(HW)}</think> ok"),
+    Case("truncated", '<tool_calls>[{"name": "get_weather", "arguments": {"city": "Pa'),
+    Case("truncated-name", '<tool_calls>[{"name": "get_wea'),
+    Case("no-end", f"<tool_calls>[{HW}]"),
+    Case("unicode", hy('{"name": "search", "arguments": {"query": "東京 👍🏽"}}')),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+    Case("choice-none", hy(HW), tool_choice="none"),
+    Case("no-tools", hy(HW), tools=None),
+    Case("no-eos", hy(HW), eos=False),
+]
+
+CASES: dict[str, list[Case]] = {
+    "hunyuan_a13b": HUNYUAN_A13B,
+}
+
+MARKERS: list[tuple[str, bool]] = []
