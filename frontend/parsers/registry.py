@@ -21,6 +21,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
     "deepseek_v32": ("deepseek_v32", "DeepSeekV32EngineToolParser"),
     "ernie45": ("ernie45", "Ernie45ToolParser"),
+    "functiongemma": ("functiongemma", "FunctionGemmaToolParser"),
     "gigachat3": ("gigachat3", "GigaChat3ToolParser"),
     "glm45": ("glm47", "Glm47MoeModelToolParser"),
     "glm47": ("glm47", "Glm47MoeModelToolParser"),

@@ -52,8 +52,56 @@ HUNYUAN_A13B = [
     Case("no-eos", hy(HW), eos=False),
 ]
 
+# FunctionGemma (special tokens in its tokenizer).
+GS, GE, ESC = "<start_function_call>", "<end_function_call>", "<escape>"
+
+
+def fg(name: str, args: dict[str, str], end: bool = True) -> str:
+    body = ",".join(f"{k}:{ESC}{v}{ESC}" for k, v in args.items())
+    return f"{GS}call:{name}{{{body}" + ("}" + GE if end else "")
+
+
+FUNCTIONGEMMA = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", fg("get_weather", {"city": "Paris"})),
+    Case("two-args", fg("get_weather", {"city": "Paris", "days": "3"})),
+    Case("text-before", "Let me check. " + fg("get_weather", {"city": "Paris"})),
+    Case("text-after", fg("get_weather", {"city": "Paris"}) + " done"),
+    Case("two-calls", fg("get_weather", {"city": "Paris"}) + fg("search", {"query": "rain"})),
+    Case("two-calls-text", fg("get_weather", {"city": "Paris"}) + "\nand\n"
+         + fg("search", {"query": "rain"})),
+    Case("bare-number", f"{GS}call:get_weather{{city:{ESC}Rome{ESC},days:3}}{GE}"),
+    Case("json-values", fg("get_weather", {"metric": "true", "options": '{"detail": 0.5}'})),
+    Case("no-args", f"{GS}call:search{{}}{GE}"),
+    Case("braces-in-value", fg("search", {"query": "a{b}c"})),
+    Case("multiline", fg("search", {"query": "line one\nline two"})),
+    Case("unclosed", fg("get_weather", {"city": "Paris"}, end=False)),
+    Case("unclosed-then-call", fg("get_weather", {"city": "Paris"}, end=False)
+         + fg("search", {"query": "rain"})),
+    Case("truncated-value", f"{GS}call:get_weather{{city:{ESC}Par"),
+    Case("truncated-name", f"{GS}call:get_wea"),
+    Case("start-only", f"Hi {GS}"),
+    Case("no-call-prefix", f"{GS}get_weather{{city:{ESC}Paris{ESC}}}{GE}"),
+    Case("lookalike-text", "a <start_func b <end_ c <"),
+    Case("unicode", fg("search", {"query": "東京 👍🏽 naïve"})),
+    Case("unicode-name", fg("café", {"query": "x"})),
+    Case("required", '[{"name": "get_weather", "parameters": {"city": "Paris"}}]',
+         tool_choice="required"),
+    Case("named", '{"city": "Paris"}', tool_choice=NAMED),
+    Case("choice-none", fg("get_weather", {"city": "Paris"}), tool_choice="none"),
+    Case("no-tools", fg("get_weather", {"city": "Paris"}), tools=None),
+    Case("skip-special", fg("get_weather", {"city": "Paris"}), skip_special=True),
+    Case("no-eos", fg("get_weather", {"city": "Paris"}), eos=False),
+]
+
 CASES: dict[str, list[Case]] = {
     "hunyuan_a13b": HUNYUAN_A13B,
+    "functiongemma": FUNCTIONGEMMA,
 }
 
-MARKERS: list[tuple[str, bool]] = []
+MARKERS: list[tuple[str, bool]] = [
+    # FunctionGemma.
+    (GS, True),
+    (GE, True),
+    (ESC, True),
+]
