@@ -41,6 +41,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "mistral": ("mistral", "MistralToolParser"),
     "olmo3": ("olmo3", "Olmo3PythonicToolParser"),
     "phi4_mini_json": ("phi4_mini_json", "Phi4MiniJsonToolParser"),
+    "poolside_v1": ("poolside_v1", "PoolsideV1ToolParser"),
     "pythonic": ("pythonic", "PythonicToolParser"),
     "qwen3_coder": ("qwen3_coder", "Qwen3CoderToolParser"),
     "qwen3_json": ("hermes", "HermesToolParser"),

@@ -94,9 +94,60 @@ FUNCTIONGEMMA = [
     Case("no-eos", fg("get_weather", {"city": "Paris"}), eos=False),
 ]
 
+# Poolside (Laguna): GLM-4 style XML in <tool_call> (tokens of the tiny model).
+
+
+def ps(name: str, args: dict[str, str], sep: str = "\n", end: bool = True) -> str:
+    body = "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>{sep}"
+                   for k, v in args.items())
+    return f"<tool_call>{name}{sep}{body}" + ("</tool_call>" if end else "")
+
+
+PW = {"city": "Paris", "days": "3"}
+POOLSIDE_V1 = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", ps("get_weather", PW)),
+    Case("no-newlines", ps("get_weather", PW, sep="")),
+    Case("text-before", "Let me check. " + ps("get_weather", PW)),
+    Case("text-after", ps("get_weather", PW) + " done"),
+    Case("text-between", ps("get_weather", PW) + " and " + ps("search", {"query": "rain"})),
+    Case("two-calls", ps("get_weather", PW) + "\n" + ps("search", {"query": "rain"})),
+    Case("string-verbatim", ps("search", {"query": "  two  spaces\n"})),
+    Case("string-escapes", ps("search", {"query": 'say "hi" \\ <b> \t'})),
+    Case("typed-values", ps("get_weather", {"days": " 3 ", "metric": "true",
+                                            "options": '{"detail": 0.5}'})),
+    Case("python-literal", ps("get_weather", {"metric": "True", "options": "{'detail': 1}"})),
+    Case("unknown-key-text", ps("get_weather", {"city": "Paris", "note": "not json"})),
+    Case("repeated-key", ps("search", {"query": "a"}) [:-len("</tool_call>")]
+         + "<arg_key>query</arg_key><arg_value>b</arg_value></tool_call>"),
+    Case("repeated-typed-key", "<tool_call>get_weather\n<arg_key>days</arg_key><arg_value>1"
+         "</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call>"),
+    Case("no-args", "<tool_call>search\n</tool_call>"),
+    Case("name-only", "<tool_call>search</tool_call>"),
+    Case("empty-call", "<tool_call></tool_call>ok"),
+    Case("empty-then-call", "<tool_call></tool_call>" + ps("search", {"query": "q"})),
+    Case("blank-name", "<tool_call>\n<arg_key>query</arg_key><arg_value>q</arg_value>"
+         "</tool_call>"),
+    Case("unknown-tool", ps("other", {"n": "5", "s": "x"})),
+    Case("truncated-string", "<tool_call>search\n<arg_key>query</arg_key><arg_value>rai"),
+    Case("truncated-typed", "<tool_call>get_weather\n<arg_key>days</arg_key><arg_value>3"),
+    Case("truncated-key", "<tool_call>get_weather\n<arg_key>ci"),
+    Case("truncated-name", "<tool_call>get_wea"),
+    Case("no-end", ps("get_weather", PW, end=False)),
+    Case("start-only", "Hi <tool_call>"),
+    Case("lookalike-text", "a <tool b </arg_ c <"),
+    Case("unicode", ps("search", {"query": "東京 👍🏽 naïve"})),
+    Case("required", ps("get_weather", PW), tool_choice="required"),
+    Case("named", ps("get_weather", PW), tool_choice=NAMED),
+    Case("choice-none", ps("get_weather", PW), tool_choice="none"),
+    Case("no-tools", ps("get_weather", PW), tools=None),
+    Case("no-eos", ps("get_weather", PW), eos=False),
+]
+
 CASES: dict[str, list[Case]] = {
     "hunyuan_a13b": HUNYUAN_A13B,
     "functiongemma": FUNCTIONGEMMA,
+    "poolside_v1": POOLSIDE_V1,
 }
 
 MARKERS: list[tuple[str, bool]] = [
