@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 from tests.support import tool_cases_classic1
+from tests.support import tool_cases_classic2
 
 # (text, special) appended in this order after the tiny model's tokens.
 MARKERS: list[tuple[str, bool]] = [
@@ -100,3 +101,4 @@ def marker_tokenizer_dir(tiny_model_dir: Path, out: Path) -> Path:
 
 
 MARKERS += tool_cases_classic1.MARKERS
+MARKERS += tool_cases_classic2.MARKERS

@@ -5,6 +5,7 @@ with vLLM's parser as ``CASES`` in tests/test_tool_parsers.py are."""
 from __future__ import annotations
 
 from tests.support import tool_cases_classic1
+from tests.support import tool_cases_classic2
 from tests.support.parser_diff import Case
 
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
@@ -510,3 +511,4 @@ MORE_CASES: dict[str, list[Case]] = {
     "step3p5": qwen_variant_cases("<tool_call>", "</tool_call>", "</think>"),
 }
 MORE_CASES.update(tool_cases_classic1.CASES)
+MORE_CASES.update(tool_cases_classic2.CASES)
