@@ -15,6 +15,8 @@ import json
 import shutil
 from pathlib import Path
 
+from tests.support import tool_cases_classic3
+
 # (text, special) appended in this order after the tiny model's tokens.
 MARKERS: list[tuple[str, bool]] = [
     # DeepSeek V3 / V3.1 (plain added tokens in their tokenizer_config).
@@ -95,3 +97,4 @@ def marker_tokenizer_dir(tiny_model_dir: Path, out: Path) -> Path:
     (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False),
                                                encoding="utf-8")
     return out
+MARKERS += tool_cases_classic3.MARKERS

@@ -4,6 +4,7 @@ with vLLM's parser as ``CASES`` in tests/test_tool_parsers.py are."""
 
 from __future__ import annotations
 
+from tests.support import tool_cases_classic3
 from tests.support.parser_diff import Case
 
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
@@ -508,3 +509,4 @@ MORE_CASES: dict[str, list[Case]] = {
     "step3": STEP3,
     "step3p5": qwen_variant_cases("<tool_call>", "</tool_call>", "</think>"),
 }
+MORE_CASES.update(tool_cases_classic3.CASES)
