@@ -34,6 +34,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "internlm": ("internlm", "Internlm2ToolParser"),
     "jamba": ("jamba", "JambaToolParser"),
     "kimi_k2": ("kimi_k2", "KimiK2ToolParser"),
+    "lfm2": ("lfm2", "Lfm2ToolParser"),
     "llama3_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_json": ("llama3_json", "Llama3JsonToolParser"),
     "llama4_pythonic": ("llama4_pythonic", "Llama4PythonicToolParser"),

@@ -74,7 +74,15 @@ class PythonicToolParser(TextSoFarToolParser):
         if closed is None:
             return None
         valid_text, added = closed
-        calls = _calls(self._call_list(valid_text))
+        deltas = self._call_deltas(_calls(self._call_list(valid_text)), added)
+        if deltas:
+            return ParsedDelta(tool_calls=deltas)
+        if not added and self._current_index > 0:
+            return ParsedDelta(content="")  # all calls done
+        return None
+
+    def _call_deltas(self, calls: list[ToolCall], added: str) -> list[DeltaToolCall]:
+        """What is new in ``calls``, parsed from the text closed with ``added``."""
         tail = len(self.call_closer)
         deltas = []
         for index, call in enumerate(calls):
@@ -99,11 +107,7 @@ class PythonicToolParser(TextSoFarToolParser):
         if deltas and not self.prev_tool_call_arr:
             # Read back by the end-of-stream logic: a call happened.
             self.prev_tool_call_arr = [{"arguments": {}}]
-        if deltas:
-            return ParsedDelta(tool_calls=deltas)
-        if not added and self._current_index > 0:
-            return ParsedDelta(content="")  # all calls done
-        return None
+        return deltas
 
 
 def _call_delta(sent: str, call: ToolCall, index: int, withheld: str) -> DeltaToolCall | None:
