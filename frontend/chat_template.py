@@ -394,8 +394,21 @@ def _tool_calls(tool_calls: Any) -> list[Any] | None:
                     parsed = {}
             if not isinstance(parsed, dict):
                 parsed = {}
-        calls.append({**item, "function": {**function, "arguments": parsed}})
+        function = _declared_first({**function, "arguments": parsed}, _FUNCTION_KEYS)
+        calls.append(_declared_first({**item, "function": function}, _TOOL_CALL_KEYS))
     return calls
+
+
+# The key order vLLM's templates see: its request model validates each tool
+# call as OpenAI's ChatCompletionMessageToolCallParam (a TypedDict), which puts
+# the declared keys first, in declaration order, and any other keys after them
+# (a template's ``tojson`` of a call or its function shows the order).
+_TOOL_CALL_KEYS = ("id", "function", "type")
+_FUNCTION_KEYS = ("arguments", "name")
+
+
+def _declared_first(value: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {**{k: value[k] for k in keys if k in value}, **value}
 
 
 def _developer_to_system(conversation: list[dict[str, Any]]) -> list[dict[str, Any]]:
