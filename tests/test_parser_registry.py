@@ -107,11 +107,11 @@ NOT_YET: set[tuple[str, str]] = {
     ("reasoning", n) for n in ("cohere_command3", "cohere_command4", "gemma4", "hf", "inkling",
                                "kimi_k3", "minicpmv", "plamo3")
 } | {
-    ("tool", n) for n in ("apertus", "cohere_command3", "cohere_command4", "deepseek_v4",
-                          "deepseek_v41", "dots", "functiongemma", "gemma4", "granite", "hf",
-                          "hunyuan_a13b", "hy_v3", "hy_v4", "inkling", "k2_horizon", "kimi_k3",
-                          "lfm2", "ling3", "minicpm5", "minimax_m3", "muse_glimmer", "plamo3",
-                          "poolside_v1", "xlam")
+    ("tool", n) for n in ("cohere_command3", "cohere_command4", "deepseek_v4",
+                          "deepseek_v41", "gemma4", "granite", "hf",
+                          "hy_v3", "hy_v4", "inkling", "k2_horizon", "kimi_k3",
+                          "ling3", "minicpm5", "minimax_m3", "muse_glimmer", "plamo3",
+                          "xlam")
 }
 
 
