@@ -198,8 +198,11 @@ class PoolsideV1ToolParser(TextSoFarToolParser):
         return ParsedDelta(content=content, tool_calls=list(pieces.values()))
 
     def _read_name(self, pieces: dict[int, DeltaToolCall]) -> bool:
-        found = [i for i in (self.buffer.find("\n"), self.buffer.find(KEY_START),
-                             self.buffer.find(END)) if i != -1]
+        found = [
+            i
+            for i in (self.buffer.find("\n"), self.buffer.find(KEY_START), self.buffer.find(END))
+            if i != -1
+        ]
         if not found:
             return False
         cut = min(found)
@@ -349,4 +352,3 @@ class PoolsideV1ToolParser(TextSoFarToolParser):
             self.prev_tool_call_arr[index]["arguments"] = args
         piece = self._piece(pieces)
         piece.arguments = (piece.arguments or "") + fragment
-
