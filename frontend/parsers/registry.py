@@ -74,6 +74,7 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "kimi_k2": ("kimi_k2", "KimiK2ReasoningParser"),
     "ling3": ("ling3", "Ling3ReasoningParser"),
     "mimo": ("mimo", "MiMoReasoningParser"),
+    "minicpmv": ("minicpmv", "MiniCPMVParserReasoningAdapter"),
     "minimax_m2": ("minimax_m2", "MiniMaxM2ReasoningParser"),
     "minimax_m3": ("minimax_m3", "MiniMaxM3ReasoningParser"),
     "minimax_m2_append_think": ("minimax_m2_append_think", "MiniMaxM2AppendThinkReasoningParser"),

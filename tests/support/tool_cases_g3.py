@@ -76,4 +76,7 @@ MARKERS: list[tuple[str, bool]] = [
     ("<|plamo:tag|>", True),
     ("<|plamo:constrain|>", False),
     ("<|plamo:msg|>", False),
+    # MiniCPM-V's reserved marker tokens (its reasoning parser passes over them).
+    ("<|reserved_12|>", True),
+    ("<|reserved_13|>", True),
 ]
