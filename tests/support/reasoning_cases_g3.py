@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from tests.support.parser_diff import Case
-from tests.support.tool_cases_g3 import EOT, ONE, SA, TE, TS, WA, request, TRE, TRS
+from tests.support.tool_cases_g3 import EOT, ONE, SA, TE, TRE, TRS, TS, request
 
 OFF = {"enable_thinking": False}
 ON = {"enable_thinking": True}
@@ -40,7 +40,8 @@ PLAMO3 = [
     Case("think-on", f"plan{TE}ok", chat_template_kwargs=ON),
 ]
 
-Q_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+Q_CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+          "</function>\n</tool_call>")
 MINICPMV = [
     Case("tags", "<think>Let me think.</think>Hello there!"),
     Case("no-start", "The user says hi.</think>\n\nHello!"),
@@ -102,3 +103,10 @@ CASES = _stacks("plamo3", "plamo3", _modes(PLAMO3, [None])) + _stacks(
     "qwen3_coder", "minicpmv", _modes(MINICPMV, [None, OFF])
 )
 PARSERS = {"plamo3", "minicpmv"}
+
+# For the end-to-end runs of tests/test_parsers_e2e.py (the MiniCPM-V grammar
+# has no tool parser of its own): the reasoning parser alone.
+E2E_RUNS = {"reasoning-minicpmv": [
+    dataclasses.replace(case, tools=None) for case in MINICPMV
+    if case.id in ("tags", "no-end", "escaped-newlines", "escapes-kept",
+                   "escape-at-reasoning-end", "im-end", "hidden")]}

@@ -49,7 +49,7 @@ PLAMO3 = [
     Case("nested-args", f"{TRS}{request('get_weather', NESTED)}{TRE}"),
     Case("malformed", f"{TRS}{request('search', BAD)}{TRE}"),
     Case("unicode", f"{TRS}{request('search', UA)}{TRE}"),
-    Case("truncated-args", f'{TRS}{RS}{NS}get_weather{NE}{AS}{{"city": "Pa'),
+    Case("truncated", f'{TRS}{RS}{NS}get_weather{NE}{AS}{{"city": "Pa'),
     Case("truncated-name", f"{TRS}{RS}{NS}get_wea"),
     Case("cut-in-name-end", f"{TRS}{RS}{NS}get_weather<|plamo:end_tool"),
     Case("cut-in-args-end", f"{TRS}{RS}{NS}search{NE}{AS}{SA}<|plamo:end_tool_argu"),
