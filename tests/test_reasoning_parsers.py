@@ -488,3 +488,21 @@ def test_g3_reasoning_matches_vllm(markers, tool, reasoning, case):
     ours = ChatParsers(markers.tokenizer, reasoning_parser=reasoning)
     assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == (
         vparser.is_reasoning_end(prompt))
+
+
+ESCAPES = ["a\\nb\\r\\nc\\rd", "`x\\ny`\\n```\\n```\\n", "$a\\nb$ $$\\n$$\\n", "\\\\n \\\\\\n",
+           "\\(x\\n\\) \\[y\\n\\]\\n", "end\\", "end\\r", "end\\r\\", "``", "$", "\\t\\n"]
+
+
+@pytest.mark.parametrize("text", ESCAPES)
+def test_escaped_newlines_split_anywhere_match_vllm(text):
+    """MiniCPM-V's newline recovery, the text in two pieces at every point."""
+    from vllm.parser.minicpmv import EscapedNewlineNormalizer as Theirs
+
+    from frontend.parsers.escaped_newlines import EscapedNewlineNormalizer as Ours
+
+    for cut in range(len(text) + 1):
+        pieces = []
+        for normalizer in (Theirs(), Ours()):
+            pieces.append([normalizer.feed(text[:cut]), normalizer.feed(text[cut:], final=True)])
+        assert pieces[0] == pieces[1], (text, cut)
