@@ -25,7 +25,9 @@ PLAMO3 = [
     Case("trailing-space", f"{TS}a  \n{TE}  b  "),
     Case("eot-ends", f"plan{EOT}answer"),
     Case("eot-in-content", f"plan{TE}answer{EOT}more"),
-    Case("cut-end-marker", "plan <|plamo:end_thi"),
+    Case("cut-end-marker", "plan <|plamo:end_thi"),  # (not the marker's first tokens)
+    Case("cut-end-marker-tokens", "plan <|plamo:end_th"),
+    Case("cut-marker-piece", "plan <|plamo:begin_"),
     Case("cut-content-marker", f"plan{TE}answer <|plamo:begin_tool_re"),
     Case("call-implicit-end", f"plan{ONE}"),
     Case("call-after", f"{TS}plan{TE}ok {ONE}"),
