@@ -31,6 +31,7 @@ from harness.engine_harness import spawn_mock
 from harness.frontend import launch_mock_stack
 from harness.ports import free_port
 from harness.waits import Watch
+from tests.support import reasoning_cases_g3
 from tests.support.http_client import post
 from frontend.parsers import registry
 from tests.support.marker_model import MARKERS
@@ -103,6 +104,7 @@ def grammar_runs() -> dict[str, list[Case]]:
             seen.add(grammar)
             runs[f"reasoning-{name}"] = [c for c in COMMON if c.id in REASONING_CASES[:6]] \
                 + FAMILY[name][1][:3]
+    runs.update(reasoning_cases_g3.E2E_RUNS)
     return runs
 
 

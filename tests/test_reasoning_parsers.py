@@ -14,6 +14,8 @@ import pytest
 
 from frontend.model import load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
+from tests.support import reasoning_cases_g3
+from tests.support.marker_model import marker_tokenizer_dir
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, tokenizer_dir
 
 OFF = {"enable_thinking": False}
@@ -448,6 +450,7 @@ def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
 # The reasoning parsers compared with vLLM's here only, not in the end-to-end
 # runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
 IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b"}
+IN_PROCESS_ONLY |= reasoning_cases_g3.PARSERS
 
 
 @pytest.mark.parametrize("kwargs", [{"add_generation_prompt": True}, {"thinking": False}, {}])
@@ -459,3 +462,47 @@ def test_holo2_sets_thinking_in_the_kwargs_as_vllm(family, kwargs):
     family.vllm_parser(None, "holo2", case)
     ChatParsers(family.tokenizer, reasoning_parser="holo2").new(chat_template_kwargs=ours)
     assert ours == theirs
+
+
+# ---------------------------------------------------------------- PLaMo 3, MiniCPM-V
+# On the marker tokenizer: PLaMo 3's markers are several tokens each there,
+# as in its own tokenizer.
+
+
+@pytest.fixture(scope="module")
+def markers(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("g3-markers"))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("tool, reasoning, case", reasoning_cases_g3.CASES,
+                         ids=[f"{t}-{r}-{c}" for t, r, c in reasoning_cases_g3.CASES])
+def test_g3_reasoning_matches_vllm(markers, tool, reasoning, case):
+    markers.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        markers.compare_stream(tool, reasoning, case, chunking)
+    prompt = markers.prompt_ids(case)
+    vparser, _ = markers.vllm_parser(tool, reasoning, case)
+    ours = ChatParsers(markers.tokenizer, reasoning_parser=reasoning)
+    assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == (
+        vparser.is_reasoning_end(prompt))
+
+
+ESCAPES = ["a\\nb\\r\\nc\\rd", "`x\\ny`\\n```\\n```\\n", "$a\\nb$ $$\\n$$\\n", "\\\\n \\\\\\n",
+           "\\(x\\n\\) \\[y\\n\\]\\n", "end\\", "end\\r", "end\\r\\", "``", "$", "\\t\\n"]
+
+
+@pytest.mark.parametrize("text", ESCAPES)
+def test_escaped_newlines_split_anywhere_match_vllm(text):
+    """MiniCPM-V's newline recovery, the text in two pieces at every point."""
+    from vllm.parser.minicpmv import EscapedNewlineNormalizer as Theirs
+
+    from frontend.parsers.escaped_newlines import EscapedNewlineNormalizer as Ours
+
+    for cut in range(len(text) + 1):
+        pieces = []
+        for normalizer in (Theirs(), Ours()):
+            pieces.append([normalizer.feed(text[:cut]), normalizer.feed(text[cut:], final=True)])
+        assert pieces[0] == pieces[1], (text, cut)

@@ -60,6 +60,8 @@ class OutputParser:
             if tool_parser is not None
             else None
         )
+        rewriter = reasoning_parser.output_rewriter if reasoning_parser is not None else None
+        self._rewriter = rewriter() if rewriter is not None else None
         self.tool_choice = tool_choice
         self.include_reasoning = include_reasoning
         self._named = named_tool(tool_choice)
@@ -90,6 +92,8 @@ class OutputParser:
         tool_calls, content = self._extract_tool_calls(content)
         if not self.include_reasoning:
             reasoning = None
+        if self._rewriter is not None:
+            reasoning, content = self._rewriter.parsed(reasoning, content)
         return ParsedOutput(reasoning, content, tool_calls)
 
     def _extract_tool_calls(self, content: str | None) -> tuple[list[ToolCall] | None, str | None]:
@@ -181,6 +185,8 @@ class OutputParser:
             delta.reasoning = None
             if not delta.content and not delta.tool_calls:
                 delta = None
+        if self._rewriter is not None:
+            delta = self._rewriter.delta(delta, finished=finished)
         if delta is not None and delta.tool_calls:
             self.tools_streamed = True
         return delta

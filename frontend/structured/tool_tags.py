@@ -376,6 +376,38 @@ def _glm_4_7(tools: list[dict], choice: str) -> dict:
     return _separated(tags, stop_after_first=choice == "forced")
 
 
+_PLAMO = "<|plamo:{}:plamo|>".format
+
+
+def _plamo3(tools: list[dict], choice: str) -> dict:
+    """vLLM's plamo3: the tool requests block, each request's name and JSON arguments."""
+    requests = [
+        _tag(
+            _PLAMO("begin_tool_request")
+            + _PLAMO("begin_tool_name")
+            + tool["function"]["name"]
+            + _PLAMO("end_tool_name")
+            + _PLAMO("begin_tool_arguments")
+            + "<|plamo:constrain|>json<|plamo:msg|>",
+            _schema(tool, "json"),
+            _PLAMO("end_tool_arguments") + _PLAMO("end_tool_request"),
+        )
+        for tool in tools
+    ]
+    end = _PLAMO("end_tool_requests")
+    block = {
+        **_tag(
+            _PLAMO("begin_tool_requests"),
+            _separated(requests, stop_after_first=choice == "forced"),
+            "",
+        ),
+        "end": [end, end + "<|plamo:tag|>"],
+    }
+    if choice == "auto":
+        return _triggered([_PLAMO("begin_tool_requests")], [block], False, [])
+    return block
+
+
 # A tool parser's ``structural_tag_model`` -> the builder of its tags.
 BUILDERS = {
     "deepseek_r1": _deepseek_r1,
@@ -388,6 +420,7 @@ BUILDERS = {
     "longcat": _longcat,
     "mimo": _mimo,
     "minimax": _minimax,
+    "plamo3": _plamo3,
     "qwen_3_coder": _qwen3_coder,
 }
 

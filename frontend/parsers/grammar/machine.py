@@ -80,6 +80,9 @@ class Grammar:
     args_json: bool = True
     strip_trailing_reasoning_ws: bool = True
     turn_boundary_tokens: frozenset[str] = frozenset()
+    # Special tokens kept in the text (not dropped) though no terminal is
+    # one: pieces of markers spelled in several tokens (PLaMo 3's).
+    preserve_tokens: frozenset[str] = frozenset()
     stream_arg_deltas: bool = True
     drop_ws_only_content_before_tools: bool = True
     strip_content_ws_with_tools: bool = True
@@ -101,7 +104,11 @@ class _Compiled:
         self.id_terminals = {
             vocab[text]: name for name, text in grammar.id_terminals.items() if text in vocab
         }
-        configured = set(grammar.id_terminals.values()) | {t for t, _ in grammar.literals()}
+        configured = (
+            set(grammar.id_terminals.values())
+            | {t for t, _ in grammar.literals()}
+            | grammar.preserve_tokens
+        )
         drops = {
             text: token_id
             for text, token_id in tokenizer.special_tokens.items()

@@ -29,6 +29,10 @@ class ReasoningParser:
     mistral_guided_schema: ClassVar[bool] = False
     # A grammar parser (vLLM's "engine-based"); see ToolParser.grammar_based.
     grammar_based: ClassVar[bool] = False
+    # Rewrites the choice's parsed output (vLLM's MiniCPM-V parser recovers
+    # escaped newlines): a class whose instances have ``parsed(reasoning,
+    # content)`` and ``delta(delta, finished=...)``; one per choice.
+    output_rewriter: ClassVar[type | None] = None
 
     def __init__(
         self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None
