@@ -229,3 +229,51 @@ def test_hy_v4_suffixed_structural_tag_matches_vllm(tool_choice):
     )
     ours = structural_tag("hy_v4", TOOLS, tool_choice, token_suffix=HY4_SUFFIX)
     assert json.dumps(ours) == json.dumps(theirs.model_dump())
+
+
+@pytest.mark.parametrize("own", [None, {"type": "json_object"}], ids=["alone", "json_object"])
+def test_hy_v4_auto_is_tagged_only_with_the_requests_own_constraint(marker_differ_g5, own):
+    """vLLM's hy_v4 builds no tag for "auto" (strict tools or not), except
+    through the "required" tag it ORs with the request's own constraint."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    from frontend.structured.request import parse
+    from frontend.structured.tool_choice import adjust_chat_request
+
+    tools = json.loads(json.dumps(TOOLS))
+    tools[0]["function"]["strict"] = True
+    extra = {"response_format": own} if own else {}
+    request = ChatCompletionRequest(
+        model="m",
+        messages=[{"role": "user", "content": "x"}],
+        tools=tools,
+        tool_choice="auto",
+        **extra,
+    )
+    d = marker_differ_g5
+    cls = d._manager.get_parser(tool_parser_name="hy_v4", enable_auto_tools=True, tokenizer=d.vtok)
+    request = cls(d.vtok, request.tools).adjust_request(request)
+    constraints, _ = adjust_chat_request(
+        tool_parser_class("hy_v4"),
+        None,
+        tools=tools,
+        tool_choice="auto",
+        parallel_tool_calls=True,
+        response_format=own,
+        structured_outputs=None,
+        constraints=parse(own, None),
+    )
+    so = request.structured_outputs
+    if own is None:
+        assert so is None and constraints.structured_outputs is None
+    else:
+        assert so.structural_tag is not None
+        assert constraints.structured_outputs == {"structural_tag": so.structural_tag}
+
+
+@pytest.fixture(scope="module")
+def marker_differ_g5(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("markers"))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))

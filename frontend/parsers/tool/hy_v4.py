@@ -25,6 +25,9 @@ object of the closed pairs (a string-only value streams as it grows), its
 follow in it.
 
 Its structural tag (``hy_v4``) constrains only "required"/named calls.
+vLLM also reads markers in the text under the tag it ORs with the request's
+own constraint ("auto", strict tools) or under a request's own structural
+tag; this port reads them as tokens there.
 """
 
 from __future__ import annotations
