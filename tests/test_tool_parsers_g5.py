@@ -277,3 +277,68 @@ def marker_differ_g5(tiny_model_dir, tmp_path_factory):
 
     path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("markers"))
     return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+# The pairs these models are served with: the tool parser reads what the
+# reasoning parser leaves as content.
+HIGH = {"reasoning_effort": "high"}
+PAIRS = [
+    (
+        "hy_v3",
+        "hy_v3",
+        Case(
+            "hy3-think-call",
+            f"<think>hmm</think>\n{CS}{hy3('search', {'query': 'q'})}{CE}",
+            chat_template_kwargs=HIGH,
+        ),
+    ),
+    (
+        "hy_v3",
+        "hy_v3",
+        Case(
+            "hy3-no-think",
+            f"ok {CS}{hy3('search', {'query': 'q'})}{CE}",
+            chat_template_kwargs={"reasoning_effort": "no_think"},
+        ),
+    ),
+    ("hy_v3", "hy_v3", Case("hy3-cut", "<think>still thinking", chat_template_kwargs=HIGH)),
+    (
+        "hy_v4",
+        "hy_v4",
+        Case(
+            "hy4-think-call",
+            f"hmm</think>\n{CS}{ONE}{CE}",
+            prompt_suffix="<think>",
+            chat_template_kwargs=HIGH,
+        ),
+    ),
+    (
+        "hy_v4",
+        "hy_v4",
+        Case(
+            "hy4-no-think",
+            f"Sure. {CS}{ONE}{CE}",
+            chat_template_kwargs={"reasoning_effort": "no_think"},
+        ),
+    ),
+    (
+        "minicpm5",
+        "deepseek_r1",
+        Case(
+            "minicpm5-r1",
+            '<think>a</think>\n<function name="search"><param name="query">q</param></function>',
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("tool, reasoning, case", PAIRS, ids=[c.id for _, _, c in PAIRS])
+def test_with_the_reasoning_parser_matches_vllm(marker_differ_g5, tool, reasoning, case):
+    marker_differ_g5.compare_whole(tool, reasoning, case)
+    parsed = marker_differ_g5.our_parser(tool, reasoning, case).parse(case.text)
+    calls = [c.name for c in parsed.tool_calls or ()]
+    assert calls == (
+        [] if case.id.endswith("-cut") else ["search" if "search" in case.text else "get_weather"]
+    ), parsed
+    for chunking in CHUNKINGS:
+        marker_differ_g5.compare_stream(tool, reasoning, case, chunking)
