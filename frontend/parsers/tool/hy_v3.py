@@ -60,7 +60,6 @@ class HYV3ToolParser(TextSoFarToolParser):
         self.calls_start_id = self.tokenizer.vocab[self.calls_start]
         self.current_tool_id = -1
         self._buffer = ""
-        self._call_id = ""
         self._reset_call()
 
     @classmethod
@@ -142,15 +141,8 @@ class HYV3ToolParser(TextSoFarToolParser):
             self._name = text[start + len(self.call_start) : sep].strip()
             self._buffer = text[sep + len(self.sep) :]
             self.current_tool_id += 1
-            self._call_id = make_tool_call_id()
-            name_delta = ParsedDelta(
-                content=content,
-                tool_calls=[
-                    DeltaToolCall(
-                        self.current_tool_id, id=self._call_id, type="function", name=self._name
-                    )
-                ],
-            )
+            name_delta = ParsedDelta.new_call(self.current_tool_id, self._name)
+            name_delta.content = content  # None included, as vLLM sets it
             if self.call_end not in self._buffer:
                 return name_delta
         return self._stream_arguments(name_delta)
