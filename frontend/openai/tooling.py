@@ -387,6 +387,7 @@ def plan(
             structured_outputs=structured_outputs,
             constraints=constraints,
             strict_level=parsers.tool_strict_level,
+            token_suffix=parsers.tool_tag_suffix,
         )
     # vLLM's resolve_reasoning_ended and reasoning_parser_kwargs.
     if parsers is not None and parsers.reasoning_parser is not None:

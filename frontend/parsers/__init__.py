@@ -103,6 +103,9 @@ class ChatParsers:
         for parser in (self.tool_parser, self.reasoning_parser):
             if parser is not None:
                 parser.check_tokenizer(tokenizer)
+        self.tool_tag_suffix = (
+            self.tool_parser.structural_tag_suffix(tokenizer) if self.tool_parser else ""
+        )
 
     def new(
         self,

@@ -280,9 +280,14 @@ def response_format_payload(response_format: dict) -> str | None:
 
 
 def structural_tag(
-    model: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool | None = True
+    model: str,
+    tools: list[dict],
+    tool_choice: Any,
+    parallel_tool_calls: bool | None = True,
+    token_suffix: str = "",
 ) -> dict:
-    """The structural tag vLLM sends for these tools and tool choice."""
+    """The structural tag vLLM sends for these tools and tool choice
+    (``token_suffix``: the markers' suffix, for the builders that take one)."""
     name = None
     if isinstance(tool_choice, dict):
         name = (tool_choice.get("function") or {}).get("name")
@@ -292,17 +297,22 @@ def structural_tag(
             raise ValueError("Forced tool choice must resolve to exactly one tool.")
     else:
         choice = "required" if tool_choice == "required" else "auto"
-    tag = BUILDERS[model](tools, choice)
+    builder = BUILDERS[model]
+    tag = builder(tools, choice, token_suffix) if token_suffix else builder(tools, choice)
     if parallel_tool_calls is False:
         single_call(tag)
     return {"type": "structural_tag", "format": tag}
 
 
 def structural_tag_json(
-    model: str, tools: list[dict], tool_choice: Any, parallel_tool_calls: bool | None = True
+    model: str,
+    tools: list[dict],
+    tool_choice: Any,
+    parallel_tool_calls: bool | None = True,
+    token_suffix: str = "",
 ) -> str:
     """As vLLM puts it in ``structured_outputs.structural_tag``."""
-    return json.dumps(structural_tag(model, tools, tool_choice, parallel_tool_calls))
+    return json.dumps(structural_tag(model, tools, tool_choice, parallel_tool_calls, token_suffix))
 
 
 def output_format(kind: str, spec: Any) -> dict | None:
@@ -337,12 +347,16 @@ def _json_format(schema: Any) -> dict:
 
 
 def tools_or_output(
-    model: str, tools: list[dict], parallel_tool_calls: bool | None, output: dict
+    model: str,
+    tools: list[dict],
+    parallel_tool_calls: bool | None,
+    output: dict,
+    token_suffix: str = "",
 ) -> str:
     """tool_choice="auto" with strict tools and the request's own constraint:
     vLLM allows either a tool call (its "required" tag) or the constrained
     output, as ``structured_outputs.structural_tag`` text."""
-    calls = structural_tag(model, tools, "required", parallel_tool_calls)["format"]
+    calls = structural_tag(model, tools, "required", parallel_tool_calls, token_suffix)["format"]
     return json.dumps(
         {"type": "structural_tag", "format": {"type": "or", "elements": [calls, output]}}
     )

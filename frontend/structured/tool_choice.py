@@ -71,13 +71,15 @@ def adjust_request(
     response_format_type: str | None = None,
     structured_outputs_tag: bool = False,
     strict_level: str = "auto",
+    token_suffix: str = "",
 ) -> RequestAdjustment:
     """The adjustment vLLM 0.32 makes (``VLLM_ENFORCE_STRICT_TOOL_CALLING=1``)
     under ``--tool-strict-level`` ``strict_level``.
 
     ``has_structured_outputs``: the request sets ``structured_outputs``
     (vLLM's extension), ``structured_outputs_tag``: as a structural tag;
-    ``response_format_type``: its ``response_format.type``.
+    ``response_format_type``: its ``response_format.type``; ``token_suffix``:
+    the tool parser's ``structural_tag_suffix``.
     Raises :class:`~frontend.structured.tool_schema.ToolSchemaError` (a 400) for
     tools whose schema cannot be built.
     """
@@ -117,7 +119,9 @@ def adjust_request(
             level = STRICT_LEVELS[tool_parser.default_tool_strict_level]
         if parallel_tool_calls is False and not (auto and own_output):
             level = max(level, 1)  # limiting the calls needs their envelope in the tag
-        if not auto or any_strict or level > 0:
+        # A parser may constrain only forced calls (auto then gets no tag).
+        tagged = not auto or own_output or tool_parser.structural_tag_for_auto
+        if tagged and (not auto or any_strict or level > 0):
             out.structural_tag_model = tool_parser.structural_tag_model
             out.json_schema = None  # the tag replaces any structured output
             out.tag_tools = tools if level < 2 else [_pinned(t) for t in tools]
@@ -127,6 +131,7 @@ def adjust_request(
                     out.tag_tools,
                     tool_choice,
                     parallel_tool_calls,
+                    token_suffix,
                 )
 
     if tool_parser.mistral_guided_schema:
@@ -165,6 +170,7 @@ def adjust_chat_request(
     structured_outputs: Any,
     constraints: Constraints,
     strict_level: str = "auto",
+    token_suffix: str = "",
 ) -> tuple[Constraints, bool | None]:
     """:func:`adjust_request` for a chat request: its grammar constraint after
     the adjustment, and the ``skip_special_tokens`` it forces (None: the
@@ -182,6 +188,7 @@ def adjust_chat_request(
             response_format_type=rf_type,
             structured_outputs_tag=so_fields.get("structural_tag") is not None,
             strict_level=strict_level,
+            token_suffix=token_suffix,
         )
     except ToolSchemaError as e:
         raise invalid(str(e), e.param) from None
@@ -193,6 +200,7 @@ def adjust_chat_request(
             adjustment.tag_tools or [],
             parallel_tool_calls,
             constraints,
+            token_suffix,
         )
     elif adjustment.json_schema is not None:
         constraints = Constraints({"json": adjustment.json_schema}, None)
@@ -200,7 +208,11 @@ def adjust_chat_request(
 
 
 def _tools_or_output(
-    model: str, tools: list[dict], parallel_tool_calls: bool | None, constraints: Constraints
+    model: str,
+    tools: list[dict],
+    parallel_tool_calls: bool | None,
+    constraints: Constraints,
+    token_suffix: str = "",
 ) -> Constraints:
     """ "auto" with strict tools and the request's own constraint: vLLM lets the
     model either call a tool or write the constrained output, when xgrammar
@@ -223,5 +235,10 @@ def _tools_or_output(
             param="tools",
         )
     return Constraints(
-        {"structural_tag": tools_or_output(model, tools, parallel_tool_calls, output)}, None
+        {
+            "structural_tag": tools_or_output(
+                model, tools, parallel_tool_calls, output, token_suffix
+            )
+        },
+        None,
     )

@@ -13,6 +13,7 @@ others are constrained to any JSON object.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 THINK_TOKENS = ["<think>", "</think>"]
@@ -408,13 +409,67 @@ def _plamo3(tools: list[dict], choice: str) -> dict:
     return block
 
 
+def _hy_v4(tools: list[dict], choice: str, token_suffix: str = "") -> dict:
+    """vLLM's hy_v4: each call's name and argument keys (the required ones in
+    order, then any optional ones), values free text; the markers carry the
+    checkpoint's suffix."""
+
+    def marker(name: str) -> str:
+        return f"<{name}{token_suffix}>"
+
+    def const(value: str) -> dict:
+        return {"type": "const_string", "value": value}
+
+    def any_text() -> dict:
+        return {"type": "any_text", "excludes": [], "max_tokens": None, "max_chars": None}
+
+    def pair(key: str) -> dict:
+        return {
+            "type": "sequence",
+            "elements": [
+                const(marker("arg_key")),
+                const(key),
+                const(marker("/arg_key")),
+                const(marker("arg_value")),
+                any_text(),
+                const(marker("/arg_value")),
+            ],
+        }
+
+    def call(tool: dict) -> dict:
+        function = tool["function"]
+        params = function.get("parameters")
+        params = params if isinstance(params, dict) else {}
+        properties = params.get("properties") or {}
+        required = params.get("required") or []
+        keys = [k for k in properties if k in set(required)]
+        keys += [k for k in required if k not in properties]
+        optional = [pair(k) for k in properties if k not in set(required)]
+        elements = [pair(k) for k in keys]
+        if optional:
+            content = optional[0] if len(optional) == 1 else {"type": "or", "elements": optional}
+            elements.append({"type": "star", "content": content})
+        body = {"type": "sequence", "elements": elements} if elements else any_text()
+        return _tag(marker("tool_call") + function["name"], body, marker("/tool_call"))
+
+    calls = _separated([call(t) for t in tools], stop_after_first=choice == "forced")
+    if choice == "auto":
+        block = _tag(marker("tool_calls"), calls, marker("/tool_calls"))
+        return _triggered([marker("tool_calls")], [block], False, [])
+    return {
+        "type": "sequence",
+        "elements": [const(marker("tool_calls")), calls, const(marker("/tool_calls"))],
+    }
+
+
 # A tool parser's ``structural_tag_model`` -> the builder of its tags.
-BUILDERS = {
+BUILDERS: dict[str, Callable[..., dict]] = {
     "deepseek_r1": _deepseek_r1,
     "deepseek_v3_1": _deepseek_v3_1,
     "deepseek_v3_2": _deepseek_v3_2,
     "glm_4_7": _glm_4_7,
     "hermes": _hermes,
+    "hy_v4": _hy_v4,
     "kimi": _kimi,
     "llama": _llama,
     "longcat": _longcat,

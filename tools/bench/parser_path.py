@@ -68,6 +68,9 @@ OUTPUTS: dict[str, str] = {
     "mistral": f"{SENTENCE}[TOOL_CALLS]get_weather[ARGS]{ARGS}",
     "qwen3_coder+qwen3": f"<think>{THOUGHT}</think>\n{SENTENCE}\n{XML_CALL}",
     "+deepseek_r1": f"<think>{THOUGHT}</think>{SENTENCE}",
+    "minicpm5": f'{SENTENCE}\n<function name="get_weather"><param name="city">Paris</param>'
+                '<param name="days">3</param><param name="note">include wind speed and the '
+                "chance of rain</param></function>",
 }
 
 

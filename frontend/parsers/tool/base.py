@@ -40,6 +40,9 @@ class ToolParser:
     # vLLM's default_tool_strict_level: "function" constrains tool_choice
     # "auto" calls with the structural tag even without strict tools.
     default_tool_strict_level: ClassVar[str | None] = None
+    # False: the structural tag constrains only "required"/named calls, never
+    # "auto" (vLLM's hy_v4 get_structural_tag).
+    structural_tag_for_auto: ClassVar[bool] = True
     # When adjust_request sets skip_special_tokens=False: "with_tools"
     # (tools given and tool_choice != "none"), "always", or None.
     keeps_special_tokens: ClassVar[str | None] = None
@@ -69,6 +72,11 @@ class ToolParser:
     @classmethod
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
         """Raise ValueError if the model's tokenizer lacks the parser's tokens."""
+
+    @classmethod
+    def structural_tag_suffix(cls, tokenizer: ParserTokenizer) -> str:
+        """The suffix the model's markers carry in the structural tag ("" for most)."""
+        return ""
 
     def extract(self, text: str) -> ExtractedToolCalls:
         raise NotImplementedError
