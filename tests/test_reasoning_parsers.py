@@ -14,6 +14,8 @@ import pytest
 
 from frontend.model import load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
+from tests.support import tool_cases_g1
+from tests.support.marker_model import marker_tokenizer_dir
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, tokenizer_dir
 
 OFF = {"enable_thinking": False}
@@ -448,6 +450,7 @@ def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
 # The reasoning parsers compared with vLLM's here only, not in the end-to-end
 # runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
 IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b"}
+IN_PROCESS_ONLY |= {reasoning for _, reasoning in tool_cases_g1.PAIR_CASES}
 
 
 @pytest.mark.parametrize("kwargs", [{"add_generation_prompt": True}, {"thinking": False}, {}])
@@ -459,3 +462,32 @@ def test_holo2_sets_thinking_in_the_kwargs_as_vllm(family, kwargs):
     family.vllm_parser(None, "holo2", case)
     ChatParsers(family.tokenizer, reasoning_parser="holo2").new(chat_template_kwargs=ours)
     assert ours == theirs
+
+
+# ---------------------------------------------------------------- Gemma 4 and Inkling
+# Special-token families, alone and with their own tool parser, on the marker
+# tokenizer (tests/support/marker_model.py): the same ids for vLLM and us.
+
+G1_PAIRS = [(tool, reasoning, case)
+            for (tool, reasoning), cases in tool_cases_g1.PAIR_CASES.items() for case in cases]
+
+
+@pytest.fixture(scope="module")
+def markers(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("markers"))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("tool, reasoning, case", G1_PAIRS,
+                         ids=[f"{t}-{r}-{c}" for t, r, c in G1_PAIRS])
+def test_special_token_families_match_vllm(markers, tool, reasoning, case):
+    markers.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        markers.compare_stream(tool, reasoning, case, chunking)
+    prompt = markers.prompt_ids(case)
+    vparser, _ = markers.vllm_parser(tool, reasoning, case)
+    ours = ChatParsers(markers.tokenizer, reasoning_parser=reasoning)
+    assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == bool(
+        vparser.is_reasoning_end(prompt))
