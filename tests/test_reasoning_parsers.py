@@ -491,3 +491,25 @@ def test_special_token_families_match_vllm(markers, tool, reasoning, case):
     ours = ChatParsers(markers.tokenizer, reasoning_parser=reasoning)
     assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == bool(
         vparser.is_reasoning_end(prompt))
+
+
+@pytest.mark.parametrize("kwargs", [None, tool_cases_g1.THINKING])
+@pytest.mark.parametrize("tool", [None, "gemma4"])
+@pytest.mark.parametrize("first", ["thought", "thought\n", "thought\nplan"])
+def test_gemma4_output_opening_with_thought_matches_vllm(markers, tool, first, kwargs):
+    """A first step of just ``thought`` (one token in Gemma's vocabulary) or
+    ``thought\\n...`` opens the channel the prompt left implied."""
+    texts = [first, "\n" if first == "thought" else "", "plan", "<channel|>", "The answer."]
+    steps = [(text, markers.model.encode(text, add_special_tokens=False))
+             for text in texts if text]
+    case = Case("thought-step", "".join(texts), tools=None if tool is None else TOOLS,
+                chat_template_kwargs=kwargs)
+    vparser, request = markers.vllm_parser(tool, "gemma4", case)
+    ours = markers.our_parser(tool, "gemma4", case)
+    prompt = markers.prompt_ids(case)
+    for k, (text, ids) in enumerate(steps):
+        last = k == len(steps) - 1
+        expected = vparser.parse_delta(text, ids, request, prompt, finished=last)
+        actual = ours.feed(text, ids, finished=last)
+        assert (None if actual is None else actual.to_dict()) == (
+            None if expected is None else expected.model_dump(exclude_unset=True)), (k, text)
