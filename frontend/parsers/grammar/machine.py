@@ -241,9 +241,9 @@ class Machine:
             events.append(Event(Ev.REASONING_END, tool_index=self.tool_index))
             self.state = State.CONTENT
         elif self.state == State.MESSAGE_HEADER:
-            if self._header:
-                events.append(Event(Ev.TEXT, self._header, self.tool_index, self._header_tokens))
-            self._take_header()
+            header, header_tokens = self._take_header()
+            if header:
+                events.append(Event(Ev.TEXT, header, self.tool_index, header_tokens))
             self.state = State.CONTENT
         self._count_reasoning(events)
         return events
@@ -332,19 +332,17 @@ class Machine:
         if self.state == State.TOOL_ARGS and next_state != State.TOOL_ARGS and self._args_buffer:
             events.append(Event(Ev.ARGS, self._args_buffer, self.tool_index))
             self._args_buffer = ""
-        if self.state == State.MESSAGE_HEADER:
-            # Text out of a header is what the header held, not the terminal.
-            header, header_tokens = self._take_header()
-            text_of = (header, header_tokens)
-        else:
-            text_of = (value, token_count)
+        # Text out of a header is what the header held, not the terminal.
+        text, text_tokens = (
+            self._take_header() if self.state == State.MESSAGE_HEADER else (value, token_count)
+        )
         self.state = next_state
         for kind in kinds:
             if kind == Ev.TOOL_START:
                 self.tool_index += 1
             if kind == Ev.TEXT:
-                if text_of[0]:
-                    events.append(Event(kind, text_of[0], self.tool_index, text_of[1]))
+                if text:
+                    events.append(Event(kind, text, self.tool_index, text_tokens))
                 continue
             events.append(Event(kind, value, self.tool_index, token_count))
         if self.state == State.TOOL_ARGS:
