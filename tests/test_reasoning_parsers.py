@@ -513,3 +513,28 @@ def test_gemma4_output_opening_with_thought_matches_vllm(markers, tool, first, k
         actual = ours.feed(text, ids, finished=last)
         assert (None if actual is None else actual.to_dict()) == (
             None if expected is None else expected.model_dump(exclude_unset=True)), (k, text)
+
+
+@pytest.fixture(scope="module")
+def gemma_named(tiny_model_dir, tmp_path_factory):
+    """Gemma's markers as the tokenizer's extra special tokens: the ones the
+    grammar does not name (``<|turn>``) are dropped, ``<|"|>`` is kept."""
+    from vllm.tokenizers import get_tokenizer
+
+    markers = [text for text, _ in tool_cases_g1.MARKERS if "content" not in text
+               and "message" not in text]
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("gemma"),
+                         dict.fromkeys(markers, True), {"extra_special_tokens": markers})
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+GEMMA_NAMED = [(tool, case) for tool in (None, "gemma4")
+               for case in tool_cases_g1.GEMMA4_REASONING + tool_cases_g1.GEMMA4]
+
+
+@pytest.mark.parametrize("tool, case", GEMMA_NAMED, ids=[f"{t}-{c}" for t, c in GEMMA_NAMED])
+def test_gemma4_with_named_special_tokens_matches_vllm(gemma_named, tool, case):
+    assert '<|"|>' in gemma_named.tokenizer.special_tokens
+    gemma_named.compare_whole(tool, "gemma4", case)
+    for chunking in CHUNKINGS:
+        gemma_named.compare_stream(tool, "gemma4", case, chunking)
