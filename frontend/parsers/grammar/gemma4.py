@@ -236,7 +236,8 @@ class Gemma4Parser(GrammarParser):
         thinking = bool((chat_template_kwargs or {}).get("enable_thinking", False))
         super().__init__(gemma4_grammar(thinking), tokenizer, tools, tool_choice)
         vocab = tokenizer.vocab
-        self._open_boundary_ids = frozenset(
+        # After any of these in the prompt, a <|channel> before them is closed.
+        self._channel_closer_ids = frozenset(
             vocab[t]
             for t in (CHANNEL_END, TOOL_CALL_START, TURN_START, TOOL_RESPONSE)
             if t in vocab
@@ -291,7 +292,7 @@ class Gemma4Parser(GrammarParser):
                 self._machine.reset(State.REASONING)
                 self._streaming_initialized = True
                 return
-            if token_id in self._open_boundary_ids:
+            if token_id in self._channel_closer_ids:
                 return
 
     def _events_to_delta(self, events: list[Event], finished: bool = False) -> ParsedDelta | None:
