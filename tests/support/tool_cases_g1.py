@@ -112,6 +112,12 @@ GEMMA4_REASONING = [
     Case("prompt-closed", "Answer", tools=None, prompt_suffix=f"{CS}thought\n{CE}",
          chat_template_kwargs=THINKING),
     Case("unicode", f"{CS}thought\n日本語 👍🏽{CE}café", tools=None),
+    Case("after-tool-response", "It is sunny.", chat_template_kwargs=THINKING,
+         prompt_suffix=f"{CS}thought\nplan{CE}{GW}<|tool_response>response:get_weather"
+                       f"{{sky:{Q}sun{Q}}}<tool_response|>"),
+    Case("after-tool-response-channel", f"{CS}thought\nok{CE}It is sunny.",
+         chat_template_kwargs=THINKING,
+         prompt_suffix=f"{GW}<|tool_response>response:get_weather{{}}<tool_response|>"),
 ]
 INKLING_REASONING = [
     Case("think-text", f"{THK}plan it{END}{MM}{TXT}The answer.{END}", tools=None),
