@@ -15,6 +15,7 @@ import pytest
 from frontend.model import load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
 from tests.support import reasoning_cases_g3
+from tests.support import tool_cases_g1
 from tests.support.marker_model import marker_tokenizer_dir
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, tokenizer_dir
 
@@ -451,6 +452,7 @@ def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
 # runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
 IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b"}
 IN_PROCESS_ONLY |= reasoning_cases_g3.PARSERS
+IN_PROCESS_ONLY |= {reasoning for _, reasoning in tool_cases_g1.PAIR_CASES}
 
 
 @pytest.mark.parametrize("kwargs", [{"add_generation_prompt": True}, {"thinking": False}, {}])
@@ -464,29 +466,34 @@ def test_holo2_sets_thinking_in_the_kwargs_as_vllm(family, kwargs):
     assert ours == theirs
 
 
-# ---------------------------------------------------------------- PLaMo 3, MiniCPM-V
-# On the marker tokenizer: PLaMo 3's markers are several tokens each there,
-# as in its own tokenizer.
+# ---------------------------------------------------------------- Gemma 4, Inkling, PLaMo 3, MiniCPM-V
+# Special-token families, alone and with their own tool parser, on the marker
+# tokenizer (tests/support/marker_model.py): the same ids for vLLM and us.
+# PLaMo 3's markers are several tokens each there, as in its own tokenizer.
+
+MARKER_PAIRS = [(tool, reasoning, case)
+                for (tool, reasoning), cases in tool_cases_g1.PAIR_CASES.items()
+                for case in cases] + list(reasoning_cases_g3.CASES)
 
 
 @pytest.fixture(scope="module")
 def markers(tiny_model_dir, tmp_path_factory):
     from vllm.tokenizers import get_tokenizer
 
-    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("g3-markers"))
+    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("markers"))
     return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
 
 
-@pytest.mark.parametrize("tool, reasoning, case", reasoning_cases_g3.CASES,
-                         ids=[f"{t}-{r}-{c}" for t, r, c in reasoning_cases_g3.CASES])
-def test_g3_reasoning_matches_vllm(markers, tool, reasoning, case):
+@pytest.mark.parametrize("tool, reasoning, case", MARKER_PAIRS,
+                         ids=[f"{t}-{r}-{c}" for t, r, c in MARKER_PAIRS])
+def test_special_token_families_match_vllm(markers, tool, reasoning, case):
     markers.compare_whole(tool, reasoning, case)
     for chunking in CHUNKINGS:
         markers.compare_stream(tool, reasoning, case, chunking)
     prompt = markers.prompt_ids(case)
     vparser, _ = markers.vllm_parser(tool, reasoning, case)
     ours = ChatParsers(markers.tokenizer, reasoning_parser=reasoning)
-    assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == (
+    assert ours.reasoning_ended(prompt, chat_template_kwargs=case.chat_template_kwargs) == bool(
         vparser.is_reasoning_end(prompt))
 
 
@@ -506,3 +513,50 @@ def test_escaped_newlines_split_anywhere_match_vllm(text):
         for normalizer in (Theirs(), Ours()):
             pieces.append([normalizer.feed(text[:cut]), normalizer.feed(text[cut:], final=True)])
         assert pieces[0] == pieces[1], (text, cut)
+
+
+@pytest.mark.parametrize("kwargs", [None, tool_cases_g1.THINKING])
+@pytest.mark.parametrize("tool", [None, "gemma4"])
+@pytest.mark.parametrize("first", ["thought", "thought\n", "thought\nplan"])
+def test_gemma4_output_opening_with_thought_matches_vllm(markers, tool, first, kwargs):
+    """A first step of just ``thought`` (one token in Gemma's vocabulary) or
+    ``thought\\n...`` opens the channel the prompt left implied."""
+    texts = [first, "\n" if first == "thought" else "", "plan", "<channel|>", "The answer."]
+    steps = [(text, markers.model.encode(text, add_special_tokens=False))
+             for text in texts if text]
+    case = Case("thought-step", "".join(texts), tools=None if tool is None else TOOLS,
+                chat_template_kwargs=kwargs)
+    vparser, request = markers.vllm_parser(tool, "gemma4", case)
+    ours = markers.our_parser(tool, "gemma4", case)
+    prompt = markers.prompt_ids(case)
+    for k, (text, ids) in enumerate(steps):
+        last = k == len(steps) - 1
+        expected = vparser.parse_delta(text, ids, request, prompt, finished=last)
+        actual = ours.feed(text, ids, finished=last)
+        assert (None if actual is None else actual.to_dict()) == (
+            None if expected is None else expected.model_dump(exclude_unset=True)), (k, text)
+
+
+@pytest.fixture(scope="module")
+def gemma_named(tiny_model_dir, tmp_path_factory):
+    """Gemma's markers as the tokenizer's extra special tokens: the ones the
+    grammar does not name (``<|turn>``) are dropped, ``<|"|>`` is kept."""
+    from vllm.tokenizers import get_tokenizer
+
+    markers = [text for text, _ in tool_cases_g1.MARKERS if "content" not in text
+               and "message" not in text]
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("gemma"),
+                         dict.fromkeys(markers, True), {"extra_special_tokens": markers})
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+GEMMA_NAMED = [(tool, case) for tool in (None, "gemma4")
+               for case in tool_cases_g1.GEMMA4_REASONING + tool_cases_g1.GEMMA4]
+
+
+@pytest.mark.parametrize("tool, case", GEMMA_NAMED, ids=[f"{t}-{c}" for t, c in GEMMA_NAMED])
+def test_gemma4_with_named_special_tokens_matches_vllm(gemma_named, tool, case):
+    assert '<|"|>' in gemma_named.tokenizer.special_tokens
+    gemma_named.compare_whole(tool, "gemma4", case)
+    for chunking in CHUNKINGS:
+        gemma_named.compare_stream(tool, "gemma4", case, chunking)

@@ -149,6 +149,8 @@ class OutputParser:
             self._prompt_checked = True
             if reasoning is None or reasoning.is_reasoning_end(self._prompt_ids):
                 self.reasoning_ended = True
+            else:
+                reasoning.adjust_initial_state_from_prompt(self._prompt_ids)
 
         delta: ParsedDelta | None = None
         transitioned = False

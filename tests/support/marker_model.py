@@ -19,6 +19,7 @@ from tests.support import tool_cases_classic1
 from tests.support import tool_cases_classic2
 from tests.support import tool_cases_classic3
 from tests.support import tool_cases_g3
+from tests.support import tool_cases_g1
 
 # (text, special) appended in this order after the tiny model's tokens.
 MARKERS: list[tuple[str, bool]] = [
@@ -106,3 +107,4 @@ MARKERS += tool_cases_classic1.MARKERS
 MARKERS += tool_cases_classic2.MARKERS
 MARKERS += tool_cases_classic3.MARKERS
 MARKERS += tool_cases_g3.MARKERS
+MARKERS += tool_cases_g1.MARKERS

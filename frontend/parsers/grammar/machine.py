@@ -30,6 +30,9 @@ from frontend.parsers.tokenizer import ParserTokenizer
 class State(Enum):
     CONTENT = auto()
     REASONING = auto()
+    # Between a block's role marker and its kind marker (Inkling): the text
+    # there is held, and becomes content only if no block kind follows.
+    MESSAGE_HEADER = auto()
     TOOL_PREAMBLE = auto()
     TOOL_NAME = auto()
     TOOL_ARGS = auto()
@@ -87,6 +90,11 @@ class Grammar:
     drop_ws_only_content_before_tools: bool = True
     strip_content_ws_with_tools: bool = True
     content_events: dict[State, Ev] = field(default_factory=lambda: dict(CONTENT_EVENTS))
+    # Argument pieces with none of these cannot change the converted
+    # arguments: no streamed delta is computed for them (None: always).
+    arg_structural_chars: frozenset[str] | None = None
+    # Special tokens kept in the text though not terminals (not dropped).
+    preserve_tokens: frozenset[str] = frozenset()
 
     def literals(self) -> list[tuple[str, str]]:
         return [
@@ -185,6 +193,8 @@ class Machine:
         self._scanner.reset()
         self._lexer.reset()
         self._in_skipped_tool_span = False
+        self._header = ""
+        self._header_tokens = 0
         self._reset_args()
 
     def _reset_args(self) -> None:
@@ -233,8 +243,18 @@ class Machine:
         elif self.state == State.REASONING:
             events.append(Event(Ev.REASONING_END, tool_index=self.tool_index))
             self.state = State.CONTENT
+        elif self.state == State.MESSAGE_HEADER:
+            header, header_tokens = self._take_header()
+            if header:
+                events.append(Event(Ev.TEXT, header, self.tool_index, header_tokens))
+            self.state = State.CONTENT
         self._count_reasoning(events)
         return events
+
+    def _take_header(self) -> tuple[str, int]:
+        header = self._header, self._header_tokens
+        self._header, self._header_tokens = "", 0
+        return header
 
     def _count_reasoning(self, events: list[Event]) -> None:
         self.reasoning_tokens += sum(e.token_count for e in events if e.type == Ev.REASONING)
@@ -290,12 +310,18 @@ class Machine:
                     self._in_skipped_tool_span = True
                 elif exit_:
                     self._in_skipped_tool_span = False
+                leaving_header = self.state == State.MESSAGE_HEADER
+                if leaving_header:
+                    self._take_header()
                 if Ev.REASONING_END in events:
                     self.state = State.CONTENT
                     return [
                         Event(Ev.REASONING_END, value, self.tool_index),
                         Event(Ev.TEXT, value, self.tool_index),
                     ]
+                if leaving_header:
+                    self.state = State.CONTENT
+                    return [Event(Ev.TEXT, value, self.tool_index)]
                 kind = self.grammar.content_events.get(self.state)
                 return [Event(kind, value, self.tool_index)] if kind is not None else []
 
@@ -309,11 +335,17 @@ class Machine:
         if self.state == State.TOOL_ARGS and next_state != State.TOOL_ARGS and self._args_buffer:
             events.append(Event(Ev.ARGS, self._args_buffer, self.tool_index))
             self._args_buffer = ""
+        # Text out of a header is what the header held, not the terminal.
+        text, text_tokens = (
+            self._take_header() if self.state == State.MESSAGE_HEADER else (value, token_count)
+        )
         self.state = next_state
         for kind in kinds:
             if kind == Ev.TOOL_START:
                 self.tool_index += 1
-            if kind == Ev.TEXT and not value:
+            if kind == Ev.TEXT:
+                if text:
+                    events.append(Event(kind, text, self.tool_index, text_tokens))
                 continue
             events.append(Event(kind, value, self.tool_index, token_count))
         if self.state == State.TOOL_ARGS:
@@ -324,6 +356,10 @@ class Machine:
 
     def _emit(self, text: str, token_count: int = 0) -> list[Event]:
         """Text in the current state."""
+        if self.state == State.MESSAGE_HEADER:
+            self._header += text
+            self._header_tokens += token_count
+            return []
         if self.state == State.TOOL_ARGS:
             if self.grammar.args_json:
                 return self._feed_args(text)

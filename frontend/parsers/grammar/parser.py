@@ -49,6 +49,9 @@ _NAME_RE = re.compile(r'"name"\s*:\s*"([^"]*)"')
 class GrammarParser:
     """A grammar-driven parser for one choice's output."""
 
+    # The keys of a {"name": ..., <key>: {...}} call body that hold its arguments.
+    args_keys: tuple[str, ...] = ("arguments", "parameters")
+
     def __init__(
         self,
         grammar: Grammar,
@@ -114,6 +117,10 @@ class GrammarParser:
         if not self._streaming_initialized:
             self._streaming_initialized = True
             self._reset(initial_state)
+
+    def adjust_initial_state_from_prompt(self, prompt_ids: Sequence[int]) -> None:
+        """Where the prompt leaves the output, when it leaves reasoning open
+        (vLLM's hook of the same name; by default the initial state)."""
 
     def _feed(self, delta_text: str, token_ids: Sequence[int]) -> list[Event]:
         return self._machine.feed(delta_text, token_ids)
@@ -410,6 +417,9 @@ class GrammarParser:
             return raw_piece
         if not self.grammar.stream_arg_deltas:
             return None
+        structural = self.grammar.arg_structural_chars
+        if structural is not None and structural.isdisjoint(raw_piece):
+            return None
         slot = self._slots[idx]
         try:
             current = self._convert_args(slot.args, True)
@@ -513,7 +523,7 @@ class GrammarParser:
         name = parsed.get("name", "")
         if not isinstance(name, str):  # vLLM fails the request here
             name = ""
-        for key in ("arguments", "parameters"):
+        for key in self.args_keys:
             if key in parsed:
                 value = parsed[key]
                 return name, value if isinstance(value, str) else json.dumps(

@@ -49,6 +49,10 @@ class ReasoningParser:
     def extract_content_ids(self, token_ids: list[int]) -> list[int]:
         raise NotImplementedError
 
+    def adjust_initial_state_from_prompt(self, prompt_ids: Sequence[int]) -> None:
+        """Called before the first ``feed`` when the prompt leaves reasoning
+        open: a parser may start where the prompt left off."""
+
     def extract(self, text: str) -> tuple[str | None, str | None]:
         raise NotImplementedError
 

@@ -38,6 +38,9 @@ class GrammarReasoningParser(ReasoningParser):
     def extract_content_ids(self, token_ids: list[int]) -> list[int]:
         return self.grammar_parser.extract_content_ids(token_ids)
 
+    def adjust_initial_state_from_prompt(self, prompt_ids: Sequence[int]) -> None:
+        self.grammar_parser.adjust_initial_state_from_prompt(prompt_ids)
+
     def extract(self, text: str) -> tuple[str | None, str | None]:
         self._streamed = False
         return self.grammar_parser.extract_reasoning(text)
