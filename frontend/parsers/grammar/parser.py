@@ -410,6 +410,9 @@ class GrammarParser:
             return raw_piece
         if not self.grammar.stream_arg_deltas:
             return None
+        structural = self.grammar.arg_structural_chars
+        if structural is not None and structural.isdisjoint(raw_piece):
+            return None
         slot = self._slots[idx]
         try:
             current = self._convert_args(slot.args, True)
