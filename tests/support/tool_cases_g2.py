@@ -189,4 +189,39 @@ CASES: dict[str, list[Case]] = {
 MARKERS: list[tuple[str, bool]] = [
     ("<|tool_call|>", True),  # Granite 3.0
     ("]<]minimax[>[", False),  # MiniMax M3 (a plain added token)
+    ("<mm:think>", False),  # MiniMax M3's reasoning markers
+    ("</mm:think>", False),
+]
+
+# Each tool parser under its family's reasoning parser: (tool, reasoning, case).
+_V4 = dsml_cases(v41=False)[1].text  # one call
+_V41 = dsml_cases(v41=True)[1].text
+PAIRS: list[tuple[str, str, Case]] = [
+    *(("deepseek_v4", "deepseek_v4", case) for case in [
+        Case("v4-think-call", f"plan</think>\n\n{_V4}"),
+        Case("v4-implicit-end", f"plan{_V4}"),
+        Case("v4-think-open", f"<think>plan</think>ok{_V4}"),
+        Case("v4-no-thinking", f"ok {_V4}", chat_template_kwargs={"thinking": False}),
+        Case("v4-effort-none", _V4, chat_template_kwargs={"reasoning_effort": "none"}),
+        Case("v4-truncated-thinking", "still thinking"),
+        Case("v4-hidden", f"plan</think>{_V4}", include_reasoning=False),
+    ]),
+    *(("deepseek_v41", "deepseek_v41", case) for case in [
+        Case("v41-think-call", f"plan</think>\n\n{_V41}"),
+        Case("v41-implicit-end", f"plan{_V41}"),
+        Case("v41-no-thinking", f"ok {_V41}", chat_template_kwargs={"thinking": False}),
+    ]),
+    *(("ling3", "ling3", case) for case in [
+        Case("ling3-think-call", f"plan</think>\n{LW}"),
+        Case("ling3-implicit-end", f"plan{LW}"),
+        Case("ling3-no-thinking", f"ok {LW}", chat_template_kwargs={"thinking": False}),
+        Case("ling3-truncated-thinking", "still thinking"),
+    ]),
+    *(("minimax_m3", "minimax_m3", case) for case in [
+        Case("m3-think-call", f"<mm:think>plan</mm:think>\n{m3(MW)}"),
+        Case("m3-no-think", f"Sure.\n{m3(MW, MS)}"),
+        Case("m3-thinking-mode", f"plan</mm:think>{m3(MW)}",
+             chat_template_kwargs={"thinking_mode": "enabled"}, prompt_suffix="<mm:think>"),
+        Case("m3-unclosed-think", "<mm:think>still"),
+    ]),
 ]
