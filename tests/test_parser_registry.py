@@ -110,14 +110,9 @@ NOT_YET: set[tuple[str, str]] = {
     ("reasoning", "kimi_k3"),
     ("tool", "cohere_command3"),
     ("tool", "cohere_command4"),
-    ("tool", "deepseek_v4"),
-    ("tool", "deepseek_v41"),
-    ("tool", "granite"),
     ("tool", "hf"),
     ("tool", "k2_horizon"),
     ("tool", "kimi_k3"),
-    ("tool", "ling3"),
-    ("tool", "minimax_m3"),
     ("tool", "muse_glimmer"),
 }
 

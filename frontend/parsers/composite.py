@@ -209,8 +209,12 @@ class OutputParser:
             )
             return delta
         if tool.supports_required_and_named and self.tool_choice == "required":
-            previous_text = self._required_text
-            self._required_text += delta_text
+            if self._content_from_tool_parser:
+                # vLLM's all-grammar stack keeps no text so far: each step alone.
+                previous_text, self._required_text = "", delta_text
+            else:
+                previous_text = self._required_text
+                self._required_text += delta_text
             delta, self._name_returned = required_stream_delta(previous_text, self._required_text)
             return delta
         return tool.feed(delta_text, delta_ids)

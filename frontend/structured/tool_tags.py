@@ -255,22 +255,35 @@ def _minimax(tools: list[dict], choice: str) -> dict:
     return tag
 
 
-def _deepseek_v3_2(tools: list[dict], choice: str) -> dict:
-    """xgrammar's deepseek_v3_2 (DSML); a forced call is its tag alone."""
-    begin = "<｜DSML｜function_calls>\n"
+def _dsml(tools: list[dict], choice: str, *, calls: str, invoke: str, style: str) -> dict:
+    """xgrammar's DSML formats (DeepSeek V3.2, V4, V4.1); a forced call is its
+    tag alone."""
+    begin = f"<｜DSML｜{calls}>\n"
     tag = _invoke_blocks(
         tools,
         choice,
-        invoke='<｜DSML｜invoke name="',
-        end="</｜DSML｜invoke>\n",
-        style="deepseek_xml",
-        block=(begin, "</｜DSML｜function_calls>"),
+        invoke=f'<｜DSML｜{invoke} name="',
+        end=f"</｜DSML｜{invoke}>\n",
+        style=style,
+        block=(begin, f"</｜DSML｜{calls}>"),
     )
     if choice != "auto":
         if choice == "forced":
             tag["elements"][0] = tag["elements"][0]["tags"][0]
         tag["elements"].insert(0, {"type": "const_string", "value": "\n\n" + begin})
     return tag
+
+
+def _deepseek_v3_2(tools: list[dict], choice: str) -> dict:
+    return _dsml(tools, choice, calls="function_calls", invoke="invoke", style="deepseek_xml")
+
+
+def _deepseek_v4(tools: list[dict], choice: str) -> dict:
+    return _dsml(tools, choice, calls="tool_calls", invoke="invoke", style="deepseek_xml")
+
+
+def _deepseek_v4_1(tools: list[dict], choice: str) -> dict:
+    return _dsml(tools, choice, calls=" calls", invoke=" invoke", style="deepseek_v4_1_xml")
 
 
 _GLM_CONTROL = [
@@ -467,6 +480,8 @@ BUILDERS: dict[str, Callable[..., dict]] = {
     "deepseek_r1": _deepseek_r1,
     "deepseek_v3_1": _deepseek_v3_1,
     "deepseek_v3_2": _deepseek_v3_2,
+    "deepseek_v4": _deepseek_v4,
+    "deepseek_v4_1": _deepseek_v4_1,
     "glm_4_7": _glm_4_7,
     "hermes": _hermes,
     "hy_v4": _hy_v4,

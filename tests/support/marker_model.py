@@ -20,6 +20,7 @@ from tests.support import tool_cases_classic2
 from tests.support import tool_cases_classic3
 from tests.support import tool_cases_g3
 from tests.support import tool_cases_g1
+from tests.support import tool_cases_g2
 
 # (text, special) appended in this order after the tiny model's tokens.
 MARKERS: list[tuple[str, bool]] = [
@@ -108,3 +109,4 @@ MARKERS += tool_cases_classic2.MARKERS
 MARKERS += tool_cases_classic3.MARKERS
 MARKERS += tool_cases_g3.MARKERS
 MARKERS += tool_cases_g1.MARKERS
+MARKERS += tool_cases_g2.MARKERS

@@ -36,18 +36,29 @@ INVOKE_END = f"</{_DSML}invoke>"
 PARAM_START = f"<{_DSML}parameter"
 PARAM_CLOSE = f"</{_DSML}parameter>"
 
-_START, _CLOSE = re.escape(PARAM_START), re.escape(PARAM_CLOSE)
-# (The string attribute is optional: models sometimes omit it.)
-_HEAD = rf'{_START}\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
-_PARAM_RE = re.compile(rf"{_HEAD}(.*?)(?:{_CLOSE}|(?={_START}\s+name=))", re.DOTALL)
-_PARTIAL_PARAM_RE = re.compile(rf"{_HEAD}(.*)$", re.DOTALL)
+
+def param_patterns(param_start: str, param_close: str) -> tuple[re.Pattern, re.Pattern]:
+    """A DSML dialect's complete and trailing-partial parameter regexes (the
+    string attribute is optional: models sometimes omit it)."""
+    start, close = re.escape(param_start), re.escape(param_close)
+    head = rf'{start}\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
+    return (
+        re.compile(rf"{head}(.*?)(?:{close}|(?={start}\s+name=))", re.DOTALL),
+        re.compile(rf"{head}(.*)$", re.DOTALL),
+    )
 
 
-def dsml_arguments(raw: str, partial: bool) -> str:
+PARAM_RES = param_patterns(PARAM_START, PARAM_CLOSE)
+
+
+def dsml_arguments(
+    raw: str, partial: bool, param_res: tuple[re.Pattern, re.Pattern] = PARAM_RES
+) -> str:
     """The parameters as a JSON object's text."""
+    param_re, partial_param_re = param_res
     params: dict[str, object] = {}
     last_end = 0
-    for m in _PARAM_RE.finditer(raw):
+    for m in param_re.finditer(raw):
         name, is_str, value = m.group(1), m.group(2), m.group(3)
         if is_str == "true":
             params[name] = value
@@ -58,7 +69,7 @@ def dsml_arguments(raw: str, partial: bool) -> str:
                 params[name] = value
         last_end = m.end()
     if partial:
-        pm = _PARTIAL_PARAM_RE.search(raw, last_end)
+        pm = partial_param_re.search(raw, last_end)
         if pm:
             name, is_str, value = pm.group(1), pm.group(2), pm.group(3)
             if is_str == "true":
@@ -128,13 +139,27 @@ def deepseek_v32_grammar() -> Grammar:
         initial_state=S.CONTENT,
         wait_for_reasoning=False,
         arg_converter=dsml_arguments,
+        # Only a piece with a ">" can change the converted arguments.
+        arg_structural_chars=frozenset(">"),
         args_json=False,
         strip_content_ws_with_tools=False,
         content_events={S.CONTENT: Ev.TEXT, S.TOOL_NAME: Ev.TOOL_NAME, S.TOOL_ARGS: Ev.ARGS},
     )
 
 
-class DeepSeekV32Parser(GrammarParser):
+class DsmlArgumentsParser(GrammarParser):
+    """A DSML grammar's parser: arguments from the grammar's converter, a
+    wrapper object around them unwrapped (DeepSeek V3.2, V4)."""
+
+    def _convert_args(self, raw: str, partial: bool) -> str:
+        result = super()._convert_args(raw, partial)
+        if not self._tools:
+            return result
+        name = next((s.name for s in self._slots if s.args == raw), None)
+        return unwrap_wrapper_args(result, self._tools, name)
+
+
+class DeepSeekV32Parser(DsmlArgumentsParser):
     def __init__(
         self,
         tokenizer: ParserTokenizer,
@@ -142,17 +167,3 @@ class DeepSeekV32Parser(GrammarParser):
         tool_choice: object = None,
     ) -> None:
         super().__init__(deepseek_v32_grammar(), tokenizer, tools, tool_choice)
-
-    def _convert_args(self, raw: str, partial: bool) -> str:
-        result = dsml_arguments(raw, partial)
-        if not self._tools:
-            return result
-        name = next((s.name for s in self._slots if s.args == raw), None)
-        return unwrap_wrapper_args(result, self._tools, name)
-
-    def _arg_delta(self, idx: int, raw_piece: str) -> str | None:
-        # vLLM's arg_structural_chars: only a piece with a ">" can change the
-        # converted arguments.
-        if ">" not in raw_piece:
-            return None
-        return super()._arg_delta(idx, raw_piece)

@@ -13,16 +13,22 @@ calls.
 V4.1 spells the DSML tags with a space (``<｜DSML｜ calls>``, ...).  Reasoning
 is on unless ``thinking``/``enable_thinking`` is given false, or
 ``reasoning_effort`` is ``"none"``; a ``<think>`` in content opens it, a tool
-block ends it.  Used by the ``deepseek_v4``/``deepseek_v41`` reasoning
-parsers (the tool side's argument conversion is not here yet).
+block ends it.  Arguments are DeepSeek V3.2's DSML parameters
+(:mod:`frontend.parsers.grammar.deepseek_v32`), in each version's spelling.
+vLLM 0.32's ``vllm/parser/deepseek_v4.py`` and ``deepseek_v41.py``.
 """
 
 from __future__ import annotations
 
 import functools
 
+from frontend.parsers.grammar.deepseek_v32 import (
+    PARAM_RES,
+    DsmlArgumentsParser,
+    dsml_arguments,
+    param_patterns,
+)
 from frontend.parsers.grammar.machine import Ev, Grammar, State
-from frontend.parsers.grammar.parser import GrammarParser
 from frontend.parsers.tokenizer import ParserTokenizer
 
 _DSML = "｜DSML｜"
@@ -42,6 +48,8 @@ V41_TAGS: dict[str, str | tuple[str, ...]] = {
     "PARAM_START": f"<{_DSML} parameter",
     "PARAM_CLOSE": f"</{_DSML} parameter>",
 }
+
+_V41_PARAM_RES = param_patterns(f"<{_DSML} parameter", f"</{_DSML} parameter>")
 
 
 def _first(spelled: str | tuple[str, ...]) -> str:
@@ -85,6 +93,10 @@ def deepseek_v4_grammar(thinking: bool, v41: bool = False) -> Grammar:
         },
         initial_state=S.REASONING if thinking else S.CONTENT,
         wait_for_reasoning=thinking,
+        arg_converter=functools.partial(
+            dsml_arguments, param_res=_V41_PARAM_RES if v41 else PARAM_RES
+        ),
+        arg_structural_chars=frozenset(">"),
         args_json=False,
         strip_content_ws_with_tools=False,
     )
@@ -98,7 +110,7 @@ def thinking_enabled(chat_template_kwargs: dict | None) -> bool:
     return thinking and kwargs.get("reasoning_effort") != "none"
 
 
-class DeepSeekV4Parser(GrammarParser):
+class DeepSeekV4Parser(DsmlArgumentsParser):
     v41 = False
 
     def __init__(

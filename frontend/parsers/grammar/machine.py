@@ -87,14 +87,15 @@ class Grammar:
     # one: pieces of markers spelled in several tokens (PLaMo 3's).
     preserve_tokens: frozenset[str] = frozenset()
     stream_arg_deltas: bool = True
+    # Only an argument piece holding one of these can change the converted
+    # arguments (None: any piece can).
+    arg_structural_chars: frozenset[str] | None = None
+    # The tool region is one JSON array of {"name", "arguments"} objects: a
+    # call per element; its "]" ends the region (Granite).
+    tool_call_body_array: bool = False
     drop_ws_only_content_before_tools: bool = True
     strip_content_ws_with_tools: bool = True
     content_events: dict[State, Ev] = field(default_factory=lambda: dict(CONTENT_EVENTS))
-    # Argument pieces with none of these cannot change the converted
-    # arguments: no streamed delta is computed for them (None: always).
-    arg_structural_chars: frozenset[str] | None = None
-    # Special tokens kept in the text though not terminals (not dropped).
-    preserve_tokens: frozenset[str] = frozenset()
 
     def literals(self) -> list[tuple[str, str]]:
         return [
@@ -196,6 +197,13 @@ class Machine:
         self._header = ""
         self._header_tokens = 0
         self._reset_args()
+        self._reset_array()
+
+    def _reset_array(self) -> None:
+        # tool_call_body_array: whether the "[" was seen, and whether a
+        # "{...}" element is being streamed.
+        self._array_started = False
+        self._array_in_element = False
 
     def _reset_args(self) -> None:
         self._args_buffer = ""
@@ -237,7 +245,9 @@ class Machine:
             events.append(Event(Ev.ARGS, self._args_buffer, self.tool_index))
             self._args_buffer = ""
         if self.state in TOOL_STATES:
-            if self.tool_index >= 0:
+            # In array mode a closed element has sent its end already.
+            open_call = self._array_in_element if self.grammar.tool_call_body_array else True
+            if open_call and self.tool_index >= 0:
                 events.append(Event(Ev.TOOL_END, tool_index=self.tool_index))
             self.state = State.CONTENT
         elif self.state == State.REASONING:
@@ -352,6 +362,8 @@ class Machine:
             self._args_depth = 0
             self._args_in_string = False
             self._args_escape = False
+            if self.grammar.tool_call_body_array:
+                self._reset_array()
         return events
 
     def _emit(self, text: str, token_count: int = 0) -> list[Event]:
@@ -361,6 +373,8 @@ class Machine:
             self._header_tokens += token_count
             return []
         if self.state == State.TOOL_ARGS:
+            if self.grammar.tool_call_body_array:
+                return self._feed_array(text)
             if self.grammar.args_json:
                 return self._feed_args(text)
             return [Event(Ev.ARGS, text, self.tool_index, token_count)]
@@ -374,23 +388,77 @@ class Machine:
         more text (or the end) shows it really closes the arguments."""
         events: list[Event] = []
         for ch in text:
-            self._args_buffer += ch
-            if self._args_escape:
-                self._args_escape = False
-            elif self._args_in_string:
-                if ch == "\\":
-                    self._args_escape = True
-                elif ch == '"':
-                    self._args_in_string = False
-            elif ch == '"':
-                self._args_in_string = True
-            elif ch in "{[":
-                self._args_depth += 1
-            elif ch in "}]":
-                if self._args_depth > 0:
-                    self._args_depth -= 1
-                if self._args_depth == 0:
-                    continue
-            events.append(Event(Ev.ARGS, self._args_buffer, self.tool_index))
-            self._args_buffer = ""
+            event = self._feed_args_char(ch)
+            if event is not None:
+                events.append(event)
         return events
+
+    def _feed_args_char(self, ch: str) -> Event | None:
+        self._args_buffer += ch
+        if self._args_escape:
+            self._args_escape = False
+        elif self._args_in_string:
+            if ch == "\\":
+                self._args_escape = True
+            elif ch == '"':
+                self._args_in_string = False
+        elif ch == '"':
+            self._args_in_string = True
+        elif ch in "{[":
+            self._args_depth += 1
+        elif ch in "}]":
+            if self._args_depth > 0:
+                self._args_depth -= 1
+            if self._args_depth == 0:
+                return None
+        event = Event(Ev.ARGS, self._args_buffer, self.tool_index)
+        self._args_buffer = ""
+        return event
+
+    # -- a JSON array of calls (tool_call_body_array) ----------------------------
+
+    def _feed_array(self, text: str) -> list[Event]:
+        """Each ``{...}`` element of the array is one call's body, streamed as
+        JSON arguments are; text after the closing ``]`` is content."""
+        events: list[Event] = []
+        for i, ch in enumerate(text):
+            if self.state != State.TOOL_ARGS:
+                events.extend(self._emit(text[i:]))
+                break
+            events.extend(self._feed_array_char(ch))
+        return events
+
+    def _feed_array_char(self, ch: str) -> list[Event]:
+        if self._array_in_element:
+            event = self._feed_args_char(ch)
+            events = [event] if event is not None else []
+            if ch == "}" and not self._args_in_string and self._args_depth == 0:
+                self._array_in_element = False
+                if self._args_buffer:  # the held "}": the slot gets the whole element
+                    events.append(Event(Ev.ARGS, self._args_buffer, self.tool_index))
+                    self._args_buffer = ""
+                events.append(Event(Ev.TOOL_END, tool_index=self.tool_index))
+            return events
+        if ch in " \t\r\n":
+            return []
+        if not self._array_started:
+            if ch == "[":
+                self._array_started = True
+                return []
+        elif ch == ",":
+            return []
+        elif ch == "{":
+            self.tool_index += 1
+            self._reset_args()
+            self._array_in_element = True
+            events = [Event(Ev.TOOL_START, tool_index=self.tool_index)]
+            event = self._feed_args_char(ch)
+            return events + [event] if event is not None else events
+        elif ch == "]":
+            self.state = State.CONTENT
+            self._reset_array()
+            return []
+        # Not a JSON array after the marker: content, no call.
+        self.state = State.CONTENT
+        self._reset_array()
+        return self._emit(ch)

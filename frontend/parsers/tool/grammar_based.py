@@ -8,6 +8,8 @@ parser to build (:meth:`GrammarToolParser.make_grammar_parser`).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from frontend.parsers.grammar.parser import GrammarParser
 from frontend.parsers.tool.base import ToolParser
 from frontend.parsers.types import ExtractedToolCalls, ParsedDelta
@@ -15,7 +17,7 @@ from frontend.parsers.types import ExtractedToolCalls, ParsedDelta
 
 class GrammarToolParser(ToolParser):
     grammar_based = True
-    keeps_special_tokens = "always"
+    keeps_special_tokens: ClassVar[str | None] = "always"
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
