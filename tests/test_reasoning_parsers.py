@@ -14,6 +14,8 @@ import pytest
 
 from frontend.model import load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
+from tests.support import tool_cases_g6
+from tests.support.marker_model import marker_tokenizer_dir
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, tokenizer_dir
 
 OFF = {"enable_thinking": False}
@@ -447,7 +449,7 @@ def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
 
 # The reasoning parsers compared with vLLM's here only, not in the end-to-end
 # runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
-IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b"}
+IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b", "hf"}
 
 
 @pytest.mark.parametrize("kwargs", [{"add_generation_prompt": True}, {"thinking": False}, {}])
@@ -459,3 +461,72 @@ def test_holo2_sets_thinking_in_the_kwargs_as_vllm(family, kwargs):
     family.vllm_parser(None, "holo2", case)
     ChatParsers(family.tokenizer, reasoning_parser="holo2").new(chat_template_kwargs=ours)
     assert ours == theirs
+
+
+# ---------------------------------------------------------------- hf (response_template)
+# The marker tokenizer carries tool_cases_g6's response_template (Qwen3's format).
+
+
+@pytest.fixture(scope="module")
+def templated(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("templated"))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+HF_CASES = [(None, "hf", case) for case in COMMON] + [
+    ("hf", "hf", case) for case in tool_cases_g6.PAIR]
+
+
+@pytest.mark.parametrize("tool, reasoning, case", HF_CASES,
+                         ids=[f"{t or '-'}+{r}-{c}" for t, r, c in HF_CASES])
+def test_hf_matches_vllm(templated, tool, reasoning, case):
+    templated.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        templated.compare_stream(tool, reasoning, case, chunking)
+
+
+def test_hf_cases_are_not_vacuous(templated):
+    case = next(c for c in tool_cases_g6.PAIR if c.id == "reasoning-then-call")
+    parsed = templated.our_parser("hf", "hf", case).parse(case.text)
+    assert parsed.reasoning == "Weather tool."
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [
+        ("get_weather", '{"city": "Paris", "days": 3}')]
+
+
+@pytest.mark.parametrize("suffix, kwargs", [("", None), ("<think>\n", None), (CLOSED, None),
+                                            (CLOSED, OFF), ("", OFF), ("<think>", None)])
+def test_hf_prompt_reasoning_end_matches_vllm(templated, suffix, kwargs):
+    case = Case("prompt", "", tools=None, prompt_suffix=suffix, chat_template_kwargs=kwargs)
+    prompt = templated.prompt_ids(case)
+    vparser, _ = templated.vllm_parser(None, "hf", case)
+    parsers = ChatParsers(templated.tokenizer, reasoning_parser="hf")
+    assert parsers.reasoning_ended(prompt, chat_template_kwargs=kwargs) == (
+        vparser.is_reasoning_end(prompt))
+
+
+@pytest.mark.parametrize("tool, reasoning", [("hf", None), (None, "hf"), ("hf", "hf")])
+def test_hf_needs_a_response_template_as_vllm(differ, templated, tool, reasoning):
+    """The tiny tokenizer has none: both refuse to start, with one message."""
+    from vllm.parser import ParserManager
+
+    with pytest.raises(TypeError) as theirs:
+        ParserManager.get_parser(tool_parser_name=tool, reasoning_parser_name=reasoning,
+                                 enable_auto_tools=True, tokenizer=differ.vtok)
+    with pytest.raises(ValueError) as ours:
+        ChatParsers(differ.tokenizer, tool_parser=tool, reasoning_parser=reasoning)
+    assert str(ours.value) == str(theirs.value)
+    ChatParsers(templated.tokenizer, tool_parser=tool, reasoning_parser=reasoning)
+
+
+@pytest.mark.parametrize("tool, reasoning", [("hf", "qwen3"), ("hermes", "hf")])
+def test_hf_pairs_only_with_itself_as_vllm(templated, tool, reasoning):
+    from vllm.parser import ParserManager
+
+    with pytest.raises(TypeError) as theirs:
+        ParserManager.get_parser(tool_parser_name=tool, reasoning_parser_name=reasoning,
+                                 enable_auto_tools=True, tokenizer=templated.vtok)
+    with pytest.raises(ValueError) as ours:
+        ChatParsers(templated.tokenizer, tool_parser=tool, reasoning_parser=reasoning)
+    assert str(ours.value) == str(theirs.value)

@@ -15,8 +15,8 @@ on the text so far (subclass
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.types import ParsedDelta
@@ -29,6 +29,8 @@ class ReasoningParser:
     mistral_guided_schema: ClassVar[bool] = False
     # A grammar parser (vLLM's "engine-based"); see ToolParser.grammar_based.
     grammar_based: ClassVar[bool] = False
+    # One parser of the whole output; see ToolParser.output_parser.
+    output_parser: ClassVar[Callable[..., Any] | None] = None
 
     def __init__(
         self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None

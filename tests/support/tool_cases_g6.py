@@ -1,0 +1,84 @@
+"""Cases of the g6 group's parsers (hf: the checkpoint's ``response_template``):
+``CASES[parser]``, compared with vLLM's parser through MORE_CASES
+(tests/support/more_tool_cases.py), and what the marker tokenizer needs
+(tests/support/marker_model.py): its ``response_template`` (CONFIG).
+
+The template is Qwen3's format as a ``response_template`` would describe it:
+``<think>`` reasoning, ``<tool_call>`` JSON calls, the rest content.
+"""
+
+from __future__ import annotations
+
+from tests.support.parser_diff import Case
+
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+RESPONSE_TEMPLATE = {
+    "version": 1,
+    "start_anchor": "<|im_start|>assistant\n",
+    "defaults": {"role": "assistant"},
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close": "</tool_call>",
+            "content": "json",
+            "repeats": True,
+            "transform": {"type": "function", "function": "{content}"},
+        },
+    },
+}
+
+# Merged into the marker tokenizer's tokenizer_config.json.
+CONFIG = {"response_template": RESPONSE_TEMPLATE}
+MARKERS: list[tuple[str, bool]] = []
+
+TS, TE = "<tool_call>", "</tool_call>"
+W = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+WS = '{"name": "get_weather", "arguments": {"city": "Paris", "days": "3", "metric": "true"}}'
+S = '{"name": "search", "arguments": {"query": "café ☕", "tags": ["a"]}}'
+
+HF = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", f"{TS}\n{W}\n{TE}"),
+    Case("text-before", f"Let me check.\n{TS}\n{W}\n{TE}"),
+    Case("text-after", f"{TS}{W}{TE} and some more text"),
+    Case("two-calls", f"{TS}\n{W}\n{TE}\n{TS}\n{S}\n{TE}"),
+    Case("string-args-cast", f"{TS}{WS}{TE}"),  # cast to the tool's schema types
+    Case("unknown-tool", f'{TS}{{"name": "nope", "arguments": {{"x": "1"}}}}{TE}'),
+    Case("truncated", f'{TS}\n{{"name": "get_weather", "arguments": {{"city": "Pa'),
+    Case("no-end-tag", f"{TS}\n{W}"),
+    Case("malformed-json", f'{TS}{{"name": "get_weather", "arguments": {{"city": }}{TE}'),
+    Case("missing-arguments", f'{TS}{{"name": "get_weather"}}{TE}'),
+    Case("missing-name", f'{TS}{{"arguments": {{"city": "Rome"}}}}{TE}'),
+    Case("string-arguments", f'{TS}{{"name": "search", "arguments": "{{}}"}}{TE}'),
+    Case("empty-call", f"{TS}{TE}"),
+    Case("second-malformed", f"{TS}{W}{TE}{TS}nope{TE}"),
+    Case("partial-tag-at-end", "Checking <tool_"),
+    Case("lone-close", f"text {TE} more"),
+    Case("unicode-args", f'{TS}{{"name": "search", "arguments": {{"query": "日本語 👍🏽"}}}}{TE}'),
+    Case("think-text", f"<think>hmm</think>\n{TS}{W}{TE}"),  # no reasoning parser: content
+    Case("choice-none", f"{TS}\n{W}\n{TE}", tool_choice="none"),
+    Case("no-tools", f"{TS}\n{W}\n{TE}", tools=None),
+    Case("no-eos", f"Sure{TS}{W}{TE}", eos=False),
+    Case("prefilled-think", f"hmm</think>ok{TS}{W}{TE}", prompt_suffix="<think>\n"),
+]
+
+CASES = {"hf": HF}
+
+# --tool-call-parser hf with --reasoning-parser hf: one pass over the output.
+PAIR = [
+    Case("plain", "The weather is nice today."),
+    Case("reasoning-then-content", "<think>Let me think.</think>\nIt is sunny."),
+    Case("reasoning-then-call", f"<think>Weather tool.</think>\n{TS}\n{W}\n{TE}"),
+    Case("reasoning-call-text", f"<think>a</think>x{TS}{W}{TE}y{TS}{S}{TE}z"),
+    Case("reasoning-cut", "<think>I was thinking about", eos=False),
+    Case("unclosed-reasoning", "<think>still thinking"),
+    Case("prefilled-think", f"thinking</think>\n{TS}{W}{TE}", prompt_suffix="<think>\n"),
+    Case("prefilled-cut", "thinking and", prompt_suffix="<think>\n"),
+    Case("think-twice", "<think>a</think>b<think>c</think>d"),
+    Case("hidden-reasoning", "<think>secret</think>shown", include_reasoning=False),
+    Case("choice-none", f"<think>r</think>{TS}{W}{TE}", tool_choice="none"),
+    Case("no-tools", f"<think>r</think>{TS}{W}{TE}", tools=None),
+    Case("thinking-off", "no thoughts", chat_template_kwargs={"enable_thinking": False}),
+]
