@@ -449,7 +449,8 @@ def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
 
 # The reasoning parsers compared with vLLM's here only, not in the end-to-end
 # runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
-IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b", "hf"}
+IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b", "hf", "cohere_command3",
+                   "cohere_command4"}
 
 
 @pytest.mark.parametrize("kwargs", [{"add_generation_prompt": True}, {"thinking": False}, {}])
@@ -530,3 +531,42 @@ def test_hf_pairs_only_with_itself_as_vllm(templated, tool, reasoning):
     with pytest.raises(ValueError) as ours:
         ChatParsers(templated.tokenizer, tool_parser=tool, reasoning_parser=reasoning)
     assert str(ours.value) == str(theirs.value)
+
+
+# ---------------------------------------------------------------- cohere_command3/4 (melody)
+# The marker tokenizer carries Command A's special tokens (tool_cases_g6.COHERE_TOKENS).
+COHERE_CASES = [(tool, reasoning, case)
+                for tool, reasoning in [(None, "cohere_command3"), (None, "cohere_command4"),
+                                        ("cohere_command4", "cohere_command4"),
+                                        ("cohere_command3", "cohere_command3")]
+                for case in tool_cases_g6.COHERE]
+
+
+@pytest.mark.parametrize("tool, reasoning, case", COHERE_CASES,
+                         ids=[f"{t or '-'}+{r}-{c}" for t, r, c in COHERE_CASES])
+def test_cohere_matches_vllm(templated, tool, reasoning, case):
+    templated.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        templated.compare_stream(tool, reasoning, case, chunking)
+
+
+def test_cohere_cases_are_not_vacuous(templated):
+    case = next(c for c in tool_cases_g6.COHERE if c.id == "one-call")
+    parsed = templated.our_parser("cohere_command4", "cohere_command4", case).parse(case.text)
+    assert parsed.reasoning == "I will call."
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [
+        ("get_weather", '{"city": "Paris", "days": 3}')]
+    ids = templated.output_ids(case)
+    assert templated.our_parser(None, "cohere_command4", case).count_reasoning_tokens(ids) > 0
+
+
+@pytest.mark.parametrize("parser", ["cohere_command3", "cohere_command4"])
+@pytest.mark.parametrize("suffix", ["", "<|START_THINKING|>", "<|START_THINKING|>x<|END_THINKING|>",
+                                    "<|START_THINKING|>x<|END_THINKING|><|CHATBOT_TOKEN|>",
+                                    "<|END_THINKING|>"])
+def test_cohere_prompt_reasoning_end_matches_vllm(templated, parser, suffix):
+    case = Case("prompt", "", tools=None, prompt_suffix=suffix)
+    prompt = templated.prompt_ids(case)
+    vparser, _ = templated.vllm_parser(None, parser, case)
+    assert ChatParsers(templated.tokenizer, reasoning_parser=parser).reasoning_ended(prompt) == (
+        vparser.is_reasoning_end(prompt))

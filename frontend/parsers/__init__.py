@@ -101,11 +101,13 @@ class ChatParsers:
             reasoning_parser_class(reasoning_parser) if reasoning_parser else None
         )
         pair = [p for p in (self.tool_parser, self.reasoning_parser) if p is not None]
-        # A parser of the whole output (vLLM's hf) parses the choice alone.
+        # A parser of the whole output (vLLM's hf, cohere_command*) parses the
+        # choice alone.
         self.output_parser = pair[0].output_parser if pair else None
         if any(parser.output_parser is not self.output_parser for parser in pair):
+            whole = tool_parser if pair[0].output_parser is not None else reasoning_parser
             raise ValueError(
-                "The hf parser cannot be combined with other reasoning or tool call parsers"
+                f"The {whole} parser cannot be combined with other reasoning or tool call parsers"
             )
         for parser in pair:
             parser.check_tokenizer(tokenizer)

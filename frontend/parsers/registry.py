@@ -18,6 +18,8 @@ from frontend.parsers.tool.base import ToolParser
 
 TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "apertus": ("apertus", "ApertusToolParser"),
+    "cohere_command3": ("cohere_command", "CohereCommand3ToolParser"),
+    "cohere_command4": ("cohere_command", "CohereCommand4ToolParser"),
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
     "deepseek_v32": ("deepseek_v32", "DeepSeekV32EngineToolParser"),
@@ -57,6 +59,8 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
 }
 
 REASONING_PARSERS: dict[str, tuple[str, str]] = {
+    "cohere_command3": ("cohere_command", "CohereCommand3ReasoningParser"),
+    "cohere_command4": ("cohere_command", "CohereCommand4ReasoningParser"),
     "deepseek_r1": ("deepseek_r1", "DeepSeekR1ReasoningParser"),
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ReasoningParser"),
     "deepseek_v4": ("deepseek_v4", "DeepSeekV4ReasoningParser"),

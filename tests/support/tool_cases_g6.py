@@ -1,4 +1,5 @@
-"""Cases of the g6 group's parsers (hf: the checkpoint's ``response_template``):
+"""Cases of the g6 group's parsers (hf: the checkpoint's ``response_template``;
+cohere_command3/4: Cohere Command A through ``cohere_melody``):
 ``CASES[parser]``, compared with vLLM's parser through MORE_CASES
 (tests/support/more_tool_cases.py), and what the marker tokenizer needs
 (tests/support/marker_model.py): its ``response_template`` (CONFIG).
@@ -31,7 +32,11 @@ RESPONSE_TEMPLATE = {
 
 # Merged into the marker tokenizer's tokenizer_config.json.
 CONFIG = {"response_template": RESPONSE_TEMPLATE}
-MARKERS: list[tuple[str, bool]] = []
+# Cohere Command A's special tokens.
+COHERE_TOKENS = ("<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>",
+                 "<|END_RESPONSE|>", "<|START_ACTION|>", "<|END_ACTION|>",
+                 "<|START_TEXT|>", "<|END_TEXT|>", "<|CHATBOT_TOKEN|>")
+MARKERS: list[tuple[str, bool]] = [(token, True) for token in COHERE_TOKENS]
 
 TS, TE = "<tool_call>", "</tool_call>"
 W = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
@@ -64,7 +69,29 @@ HF = [
     Case("prefilled-think", f"hmm</think>ok{TS}{W}{TE}", prompt_suffix="<think>\n"),
 ]
 
-CASES = {"hf": HF}
+# Cohere Command A (tokens above).
+CT, CTE = "<|START_THINKING|>", "<|END_THINKING|>"
+CR, CRE = "<|START_RESPONSE|>", "<|END_RESPONSE|>"
+CA, CAE = "<|START_ACTION|>", "<|END_ACTION|>"
+CW = '{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3}}'
+CS = '{"tool_call_id": "1", "tool_name": "search", "parameters": {"query": "café ☕"}}'
+COHERE = [
+    Case("plain", "The weather is nice today."),
+    Case("response", f"{CR}The weather is nice today.{CRE}"),
+    Case("thinking-response", f"{CT}Let me think.{CTE}{CR}Sunny.{CRE}"),
+    Case("one-call", f"{CT}I will call.{CTE}{CA}[{CW}]{CAE}"),
+    Case("call-no-thinking", f"{CA}[\n    {CW}\n]{CAE}"),
+    Case("two-calls", f"{CA}[{CW}, {CS}]{CAE}"),
+    Case("truncated-call", f'{CA}[{{"tool_call_id": "0", "tool_name": "get_weather", "par'),
+    Case("unclosed-thinking", f"{CT}still thinking about", eos=False),
+    Case("unicode", f"{CR}日本語 👍🏽 naïve{CRE}"),
+    Case("hidden-reasoning", f"{CT}secret{CTE}{CR}shown{CRE}", include_reasoning=False),
+    Case("choice-none", f"{CA}[{CW}]{CAE}", tool_choice="none"),
+    Case("no-tools", f"{CA}[{CW}]{CAE}", tools=None),
+    Case("no-eos", f"{CR}ok{CRE}{CA}[{CW}]{CAE}", eos=False),
+]
+
+CASES = {"hf": HF, "cohere_command3": COHERE, "cohere_command4": COHERE}
 
 # --tool-call-parser hf with --reasoning-parser hf: one pass over the output.
 PAIR = [
