@@ -488,6 +488,31 @@ def test_hf_matches_vllm(templated, tool, reasoning, case):
         templated.compare_stream(tool, reasoning, case, chunking)
 
 
+@pytest.fixture(scope="module")
+def xml_templated(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    config = {"response_template": tool_cases_g6.XML_TEMPLATE}
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("xml"), {}, config)
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+XML_CASES = [(tool, reasoning, case) for tool, reasoning in [("hf", "hf"), ("hf", None)]
+             for case in tool_cases_g6.XML_PAIR]
+
+
+@pytest.mark.parametrize("tool, reasoning, case", XML_CASES,
+                         ids=[f"{t}+{r or '-'}-{c}" for t, r, c in XML_CASES])
+def test_hf_xml_template_matches_vllm(xml_templated, tool, reasoning, case):
+    xml_templated.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        xml_templated.compare_stream(tool, reasoning, case, chunking)
+    if case.id == "one-call":
+        calls = xml_templated.our_parser(tool, reasoning, case).parse(case.text).tool_calls
+        assert [(c.name, c.arguments) for c in calls] == [
+            ("get_weather", '{"city": "Paris", "days": 3, "metric": true}')]
+
+
 def test_hf_cases_are_not_vacuous(templated):
     case = next(c for c in tool_cases_g6.PAIR if c.id == "reasoning-then-call")
     parsed = templated.our_parser("hf", "hf", case).parse(case.text)

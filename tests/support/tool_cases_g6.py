@@ -30,6 +30,45 @@ RESPONSE_TEMPLATE = {
     },
 }
 
+# A second shape: regex delimiters with a captured tool name, XML-ish
+# parameters (Qwen3-Coder's format), values cast by the tool's schema.
+XML_TEMPLATE = {
+    "start_anchor_pattern": r"<\|im_start\|>assistant\n",
+    "fields": {
+        "thinking": {"open_pattern": r"<think>\s*", "close": "</think>"},
+        "tool_calls": {
+            "open_pattern": r"<tool_call>\s*<function=(?P<name>[\w.-]+)>",
+            "close_pattern": r"</function>\s*</tool_call>",
+            "content": "xml-inline",
+            "content_args": {
+                "tag_pattern": r"<parameter=(?P<key>\w+)>\n?(?P<value>.*?)\n?</parameter>",
+            },
+            "repeats": True,
+            "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}},
+        },
+    },
+}
+
+
+def xml_call(name: str, params: dict[str, str]) -> str:
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+XW = xml_call("get_weather", {"city": "Paris", "days": "3", "metric": "true"})
+XML_PAIR = [
+    Case("plain", "The weather is nice today."),
+    Case("one-call", XW),
+    Case("reasoning-then-call", f"<think>\nweather</think>\n{XW}"),
+    Case("two-calls", XW + "\n" + xml_call("search", {"query": "rain", "tags": '["a", "b"]'})),
+    Case("object-value", xml_call("get_weather", {"city": "Oslo", "options": '{"detail": 2}'})),
+    Case("bad-number", xml_call("get_weather", {"city": "Oslo", "days": "many"})),
+    Case("truncated", "<tool_call>\n<function=get_weather>\n<parameter=city>\nPa"),
+    Case("partial-open", "text <tool_call>\n<func"),
+    Case("choice-none", XW, tool_choice="none"),
+    Case("prefilled-think", f"plan</think>{XW}", prompt_suffix="<think>\n"),
+]
+
 # Merged into the marker tokenizer's tokenizer_config.json.
 CONFIG = {"response_template": RESPONSE_TEMPLATE}
 # Cohere Command A's special tokens.
