@@ -83,7 +83,15 @@ def check_tokenizer_template(tokenizer: ParserTokenizer, *, reasoning: bool, too
 def streaming_template(tokenizer: ParserTokenizer) -> ResponseTemplate:
     """The validated template with every field optional, and an implicit
     content region when every field has an opener (text outside any region
-    is content, not dropped)."""
+    is content, not dropped); loaded once per tokenizer (the parsers only
+    read it)."""
+    loaded = tokenizer.cache.get("response_template")
+    if loaded is None:
+        loaded = tokenizer.cache["response_template"] = _streaming_template(tokenizer)
+    return loaded
+
+
+def _streaming_template(tokenizer: ParserTokenizer) -> ResponseTemplate:
     template = tokenizer_template(tokenizer)
     if template is None:
         raise ValueError(
