@@ -9,8 +9,9 @@ Command A formats: ``<|START_THINKING|>``, ``<|START_RESPONSE|>``,
 interface.  ``cohere_melody`` is imported only when a Cohere parser is chosen
 (the ``cohere`` extra).
 
-Not carried: melody's citations (vLLM's Cohere v2 route resolves them; its
-OpenAI stream sends them as a ``citations`` field).
+Citations (``<co>span</co: 0:[1]>``) are streamed as vLLM's OpenAI route
+streams them, a ``citations`` field of the delta, with no sources (only
+vLLM's Cohere v2 route resolves those).
 """
 
 from __future__ import annotations
@@ -48,6 +49,17 @@ def _filter(preset: str) -> Any:
 def _join(parts: Iterable[str | None]) -> str | None:
     present = [p for p in parts if p is not None]
     return "".join(present) if present else None
+
+
+def _citation(citation: Any) -> dict[str, Any]:
+    """vLLM's ``Citation`` as its stream dumps it (sources unresolved)."""
+    return {
+        "start": citation.start_index,
+        "end": citation.end_index,
+        "text": citation.text,
+        "sources": [],
+        "type": "THINKING_CONTENT" if citation.is_thinking else "TEXT_CONTENT",
+    }
 
 
 class CohereOutputParser(OutputParser):
@@ -98,12 +110,14 @@ class CohereOutputParser(OutputParser):
         content = _join(r.content for r in results)
         reasoning = _join(r.reasoning for r in results) if self.include_reasoning else None
         calls: list[DeltaToolCall] = []
+        citations: list[dict[str, Any]] = []
         for result in results:
             if result.tool_calls and self.tools_allowed:
                 calls.extend(self._call_deltas(result.tool_calls))
-        if not (content or reasoning or calls):
+            citations.extend(map(_citation, result.citations))
+        if not (content or reasoning or calls or citations):
             return None
-        delta = ParsedDelta(tool_calls=calls)
+        delta = ParsedDelta(tool_calls=calls, citations=citations)
         if content is not None:
             delta.content = content
         if reasoning is not None:

@@ -128,6 +128,8 @@ COHERE = [
     Case("choice-none", f"{CA}[{CW}]{CAE}", tool_choice="none"),
     Case("no-tools", f"{CA}[{CW}]{CAE}", tools=None),
     Case("no-eos", f"{CR}ok{CRE}{CA}[{CW}]{CAE}", eos=False),
+    Case("citations", f"{CT}It said <co>rain</co: 0:[0]>.{CTE}{CR}It is <co>sunny</co: 0:[0,1]>"
+                      f" and <co>warm</co: 1:[0]>.{CRE}"),
 ]
 
 CASES = {"hf": HF, "cohere_command3": COHERE, "cohere_command4": COHERE}
