@@ -60,6 +60,7 @@ FAMILIES = {
     "hunyuan_a13b": "hunyuan_a13b",
     "olmo3": "olmo3",
     "minimax": "minimax (MiniMax-M1)",
+    "cohere_command": "cohere_command3 (Command R7B)",
 }
 
 CALL_ID = "call_7f3a9c2e1b"
@@ -138,7 +139,7 @@ def vllm_render(vllm_side: tuple, template: str, request: dict[str, Any]) -> tup
 def our_render(model, request: dict[str, Any]) -> tuple:
     """("ok", prompt text, token ids) or ("error", status, message) from our
     chat route's preparation."""
-    state = make_state(model)
+    state = make_state(model, max_model_len=32768)  # Cohere's long preamble, tiny tokens
     # --enable-auto-tool-choice: "auto" needs a tool parser; which one does not
     # change the prompt (hermes: its markers are in the tiny tokenizer).
     state.parsers = ChatParsers(ParserTokenizer.from_model(model), tool_parser="hermes")

@@ -78,7 +78,9 @@ def test_every_entry_is_one_module_with_its_class_on_one_base(kind):
         assert path.is_file(), (name, path)
         cls = load(name)
         assert cls.__name__ == cls_name and cls.__module__.endswith(f".{folder}.{module}")
-        assert issubclass(cls, protocol) and issubclass(cls, bases), (name, cls.__mro__)
+        # (or a parser of the whole output, hf's: its output_parser does the work)
+        on_base = issubclass(cls, bases) or cls.output_parser is not None
+        assert issubclass(cls, protocol) and on_base, (name, cls.__mro__)
 
 
 def vllm_names() -> list[tuple[str, str]]:
@@ -104,13 +106,7 @@ def compared_with_vllm(kind: str) -> set[str]:
 
 # Not ported yet (issue 27): expected to fail, strictly (one that passes must leave the list).
 NOT_YET: set[tuple[str, str]] = {
-    ("reasoning", "cohere_command3"),
-    ("reasoning", "cohere_command4"),
-    ("reasoning", "hf"),
     ("reasoning", "kimi_k3"),
-    ("tool", "cohere_command3"),
-    ("tool", "cohere_command4"),
-    ("tool", "hf"),
     ("tool", "k2_horizon"),
     ("tool", "kimi_k3"),
     ("tool", "muse_glimmer"),

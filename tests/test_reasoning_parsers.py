@@ -16,6 +16,7 @@ from frontend.model import load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
 from tests.support import reasoning_cases_g3
 from tests.support import tool_cases_g1
+from tests.support import tool_cases_g6
 from tests.support.marker_model import marker_tokenizer_dir
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, tokenizer_dir
 
@@ -450,7 +451,8 @@ def test_hy_v3_suffixed_markers_match_vllm(hy_suffixed, case):
 
 # The reasoning parsers compared with vLLM's here only, not in the end-to-end
 # runs of test_parsers_e2e.py (most need marker tokens the tiny model lacks).
-IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b"}
+IN_PROCESS_ONLY = {*FAMILY, "seed_oss", "olmo3", "hunyuan_a13b", "hf", "cohere_command3",
+                   "cohere_command4"}
 IN_PROCESS_ONLY |= reasoning_cases_g3.PARSERS
 IN_PROCESS_ONLY |= {reasoning for _, reasoning in tool_cases_g1.PAIR_CASES}
 
@@ -560,3 +562,136 @@ def test_gemma4_with_named_special_tokens_matches_vllm(gemma_named, tool, case):
     gemma_named.compare_whole(tool, "gemma4", case)
     for chunking in CHUNKINGS:
         gemma_named.compare_stream(tool, "gemma4", case, chunking)
+
+
+# ---------------------------------------------------------------- hf (response_template)
+# The marker tokenizer carries tool_cases_g6's response_template (Qwen3's format).
+
+
+@pytest.fixture(scope="module")
+def templated(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("templated"))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+HF_CASES = [(None, "hf", case) for case in COMMON] + [
+    ("hf", "hf", case) for case in tool_cases_g6.PAIR]
+
+
+@pytest.mark.parametrize("tool, reasoning, case", HF_CASES,
+                         ids=[f"{t or '-'}+{r}-{c}" for t, r, c in HF_CASES])
+def test_hf_matches_vllm(templated, tool, reasoning, case):
+    templated.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        templated.compare_stream(tool, reasoning, case, chunking)
+
+
+@pytest.fixture(scope="module")
+def xml_templated(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    config = {"response_template": tool_cases_g6.XML_TEMPLATE}
+    path = tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("xml"), {}, config)
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+XML_CASES = [(tool, reasoning, case) for tool, reasoning in [("hf", "hf"), ("hf", None)]
+             for case in tool_cases_g6.XML_PAIR]
+
+
+@pytest.mark.parametrize("tool, reasoning, case", XML_CASES,
+                         ids=[f"{t}+{r or '-'}-{c}" for t, r, c in XML_CASES])
+def test_hf_xml_template_matches_vllm(xml_templated, tool, reasoning, case):
+    xml_templated.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        xml_templated.compare_stream(tool, reasoning, case, chunking)
+    if case.id == "one-call":
+        calls = xml_templated.our_parser(tool, reasoning, case).parse(case.text).tool_calls
+        assert [(c.name, c.arguments) for c in calls] == [
+            ("get_weather", '{"city": "Paris", "days": 3, "metric": true}')]
+
+
+def test_hf_cases_are_not_vacuous(templated):
+    case = next(c for c in tool_cases_g6.PAIR if c.id == "reasoning-then-call")
+    parsed = templated.our_parser("hf", "hf", case).parse(case.text)
+    assert parsed.reasoning == "Weather tool."
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [
+        ("get_weather", '{"city": "Paris", "days": 3}')]
+
+
+@pytest.mark.parametrize("suffix, kwargs", [("", None), ("<think>\n", None), (CLOSED, None),
+                                            (CLOSED, OFF), ("", OFF), ("<think>", None)])
+def test_hf_prompt_reasoning_end_matches_vllm(templated, suffix, kwargs):
+    case = Case("prompt", "", tools=None, prompt_suffix=suffix, chat_template_kwargs=kwargs)
+    prompt = templated.prompt_ids(case)
+    vparser, _ = templated.vllm_parser(None, "hf", case)
+    parsers = ChatParsers(templated.tokenizer, reasoning_parser="hf")
+    assert parsers.reasoning_ended(prompt, chat_template_kwargs=kwargs) == (
+        vparser.is_reasoning_end(prompt))
+
+
+@pytest.mark.parametrize("tool, reasoning", [("hf", None), (None, "hf"), ("hf", "hf")])
+def test_hf_needs_a_response_template_as_vllm(differ, templated, tool, reasoning):
+    """The tiny tokenizer has none: both refuse to start, with one message."""
+    from vllm.parser import ParserManager
+
+    with pytest.raises(TypeError) as theirs:
+        ParserManager.get_parser(tool_parser_name=tool, reasoning_parser_name=reasoning,
+                                 enable_auto_tools=True, tokenizer=differ.vtok)
+    with pytest.raises(ValueError) as ours:
+        ChatParsers(differ.tokenizer, tool_parser=tool, reasoning_parser=reasoning)
+    assert str(ours.value) == str(theirs.value)
+    ChatParsers(templated.tokenizer, tool_parser=tool, reasoning_parser=reasoning)
+
+
+@pytest.mark.parametrize("tool, reasoning", [("hf", "qwen3"), ("hermes", "hf")])
+def test_hf_pairs_only_with_itself_as_vllm(templated, tool, reasoning):
+    from vllm.parser import ParserManager
+
+    with pytest.raises(TypeError) as theirs:
+        ParserManager.get_parser(tool_parser_name=tool, reasoning_parser_name=reasoning,
+                                 enable_auto_tools=True, tokenizer=templated.vtok)
+    with pytest.raises(ValueError) as ours:
+        ChatParsers(templated.tokenizer, tool_parser=tool, reasoning_parser=reasoning)
+    assert str(ours.value) == str(theirs.value)
+
+
+# ---------------------------------------------------------------- cohere_command3/4 (melody)
+# The marker tokenizer carries Command A's special tokens (tool_cases_g6.COHERE_TOKENS).
+COHERE_CASES = [(tool, reasoning, case)
+                for tool, reasoning in [(None, "cohere_command3"), (None, "cohere_command4"),
+                                        ("cohere_command4", "cohere_command4"),
+                                        ("cohere_command3", "cohere_command3")]
+                for case in tool_cases_g6.COHERE]
+
+
+@pytest.mark.parametrize("tool, reasoning, case", COHERE_CASES,
+                         ids=[f"{t or '-'}+{r}-{c}" for t, r, c in COHERE_CASES])
+def test_cohere_matches_vllm(templated, tool, reasoning, case):
+    templated.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        templated.compare_stream(tool, reasoning, case, chunking)
+
+
+def test_cohere_cases_are_not_vacuous(templated):
+    case = next(c for c in tool_cases_g6.COHERE if c.id == "one-call")
+    parsed = templated.our_parser("cohere_command4", "cohere_command4", case).parse(case.text)
+    assert parsed.reasoning == "I will call."
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [
+        ("get_weather", '{"city": "Paris", "days": 3}')]
+    ids = templated.output_ids(case)
+    assert templated.our_parser(None, "cohere_command4", case).count_reasoning_tokens(ids) > 0
+
+
+@pytest.mark.parametrize("parser", ["cohere_command3", "cohere_command4"])
+@pytest.mark.parametrize("suffix", ["", "<|START_THINKING|>", "<|START_THINKING|>x<|END_THINKING|>",
+                                    "<|START_THINKING|>x<|END_THINKING|><|CHATBOT_TOKEN|>",
+                                    "<|END_THINKING|>"])
+def test_cohere_prompt_reasoning_end_matches_vllm(templated, parser, suffix):
+    case = Case("prompt", "", tools=None, prompt_suffix=suffix)
+    prompt = templated.prompt_ids(case)
+    vparser, _ = templated.vllm_parser(None, parser, case)
+    assert ChatParsers(templated.tokenizer, reasoning_parser=parser).reasoning_ended(prompt) == (
+        vparser.is_reasoning_end(prompt))

@@ -24,7 +24,7 @@ from frontend.parsers.message import message_parts, stream_finish_reason
 from frontend.parsers.registry import tool_parser_class
 from frontend.parsers.tool.pythonic import looks_like_call_list
 from frontend.structured.tool_choice import adjust_request
-from frontend.structured.tool_schema import json_schema_from_tools
+from frontend.structured.tool_schema import ToolSchemaError, json_schema_from_tools
 from tests.support.marker_model import marker_tokenizer_dir
 from tests.support.more_tool_cases import MORE_CASES, NO_STREAMED_CALLS, WHOLE_RAISES
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, assemble
@@ -469,6 +469,7 @@ def test_adjust_request_matches_vllm(request, parser, reasoning, tool_choice, pa
     """skip_special_tokens, the forced-call schema and the structural tag, as
     vLLM's renderer leaves them."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.exceptions import VLLMValidationError
 
     differ = differ_for(request, parser)
 
@@ -479,12 +480,19 @@ def test_adjust_request_matches_vllm(request, parser, reasoning, tool_choice, pa
     parser_cls = differ._manager.get_parser(tool_parser_name=parser,
                                             reasoning_parser_name=reasoning,
                                             enable_auto_tools=True, tokenizer=differ.vtok)
+    ours_args = (tool_parser_class(parser) if parser else None, differ_reasoning(reasoning))
+    ours_kwargs = dict(tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel)
     # The renderer's condition for calling adjust_request.
-    if parser_cls.reasoning_parser_cls is not None or tool_choice != "none":
-        vrequest = parser_cls(differ.vtok, vrequest.tools).adjust_request(vrequest)
-    ours = adjust_request(tool_parser_class(parser) if parser else None,
-                          differ_reasoning(reasoning), tools=tools, tool_choice=tool_choice,
-                          parallel_tool_calls=parallel)
+    if (parser_cls.always_adjust_request or parser_cls.reasoning_parser_cls is not None
+            or tool_choice != "none"):
+        try:
+            vrequest = parser_cls(differ.vtok, vrequest.tools).adjust_request(vrequest)
+        except VLLMValidationError as error:  # hf: a 400 for what it cannot guarantee
+            with pytest.raises(ToolSchemaError) as ours_error:
+                adjust_request(*ours_args, **ours_kwargs)
+            assert f"{ours_error.value} (parameter={ours_error.value.param})" == str(error)
+            return
+    ours = adjust_request(*ours_args, **ours_kwargs)
     assert (ours.skip_special_tokens is False) == (vrequest.skip_special_tokens is False)
     so = vrequest.structured_outputs
     if ours.structural_tag_model is not None:

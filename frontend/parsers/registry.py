@@ -18,6 +18,8 @@ from frontend.parsers.tool.base import ToolParser
 
 TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "apertus": ("apertus", "ApertusToolParser"),
+    "cohere_command3": ("cohere_command", "CohereCommand3ToolParser"),
+    "cohere_command4": ("cohere_command", "CohereCommand4ToolParser"),
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ToolParser"),
     "deepseek_v31": ("deepseek_v31", "DeepSeekV31ToolParser"),
     "deepseek_v32": ("deepseek_v32", "DeepSeekV32EngineToolParser"),
@@ -33,6 +35,7 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "granite": ("granite", "GraniteEngineToolParser"),
     "granite-20b-fc": ("granite_20b_fc", "Granite20bFCToolParser"),
     "granite4": ("granite4", "Granite4ToolParser"),
+    "hf": ("hf", "ResponseTemplateToolParser"),
     "hunyuan_a13b": ("hunyuan_a13b", "HunyuanA13BToolParser"),
     "hy_v3": ("hy_v3", "HYV3ToolParser"),
     "hy_v4": ("hy_v4", "HYV4ToolParser"),
@@ -67,6 +70,8 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
 }
 
 REASONING_PARSERS: dict[str, tuple[str, str]] = {
+    "cohere_command3": ("cohere_command", "CohereCommand3ReasoningParser"),
+    "cohere_command4": ("cohere_command", "CohereCommand4ReasoningParser"),
     "deepseek_r1": ("deepseek_r1", "DeepSeekR1ReasoningParser"),
     "deepseek_v3": ("deepseek_v3", "DeepSeekV3ReasoningParser"),
     "deepseek_v4": ("deepseek_v4", "DeepSeekV4ReasoningParser"),
@@ -77,6 +82,7 @@ REASONING_PARSERS: dict[str, tuple[str, str]] = {
     "glm47": ("glm47", "Glm47MoeReasoningParser"),
     "granite": ("granite", "GraniteReasoningParser"),
     "granite_thinking_parser": ("granite_thinking", "GraniteThinkingReasoningParser"),
+    "hf": ("hf", "ResponseTemplateReasoningParser"),
     "holo2": ("deepseek_v3", "DeepSeekV3ReasoningWithThinkingParser"),
     "hunyuan_a13b": ("hunyuan_a13b", "HunyuanA13BReasoningParser"),
     "hy_v3": ("hy_v3", "HYV3ReasoningParser"),

@@ -113,6 +113,8 @@ class ParsedDelta:
     content: Any = UNSET
     reasoning: Any = UNSET
     tool_calls: list[DeltaToolCall] = field(default_factory=list)
+    # Cohere's grounding spans (vLLM's CohereDeltaMessage.citations), JSON-ready.
+    citations: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def new_call(cls, index: int, name: str) -> ParsedDelta:
@@ -138,4 +140,6 @@ class ParsedDelta:
             out["reasoning"] = self.reasoning
         if self.tool_calls:
             out["tool_calls"] = [tc.to_dict() for tc in self.tool_calls]
+        if self.citations:
+            out["citations"] = self.citations
         return out

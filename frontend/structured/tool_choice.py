@@ -22,7 +22,7 @@ from typing import Any, cast
 from frontend.errors import ApiError, invalid
 from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tool.base import ToolParser
-from frontend.parsers.types import named_tool
+from frontend.parsers.types import named_tool, tool_function
 from frontend.structured.request import Constraints
 from frontend.structured.rules import grammar_is_likely_lark
 from frontend.structured.structural_tag import output_format, structural_tag_json, tools_or_output
@@ -86,8 +86,11 @@ def adjust_request(
     out = RequestAdjustment()
     if tool_parser is None and reasoning_parser is None:
         return out
-    if reasoning_parser is None and tool_choice == "none":
+    always = tool_parser is not None and tool_parser.always_adjust_request
+    if reasoning_parser is None and tool_choice == "none" and not always:
         return out  # vLLM does not call adjust_request then
+    if tool_parser is not None and tool_parser.refuses_tool_guarantees:
+        _refuse_tool_guarantees(tools, tool_choice, parallel_tool_calls)
     named = named_tool(tool_choice) is not None
     forced = named or tool_choice == "required"
     # Mistral's parsers force "required"/named as a bare JSON array (unless
@@ -150,6 +153,29 @@ def adjust_request(
     if keep == "always" or (keep == "with_tools" and tools and tool_choice != "none"):
         out.skip_special_tokens = False
     return out
+
+
+def _refuse_tool_guarantees(
+    tools: list[dict] | None, tool_choice: Any, parallel_tool_calls: bool | None
+) -> None:
+    """vLLM's hf parser: a 400 for a guarantee no grammar of its format enforces."""
+    if not tools or tool_choice == "none":
+        return
+    if any(t.get("strict") or tool_function(t).get("strict") for t in tools):
+        guarantee, param = "strict tools", "tools"
+    elif tool_choice == "required":
+        guarantee, param = "required tool choice", "tool_choice"
+    elif named_tool(tool_choice) is not None:
+        guarantee, param = "named tool choice", "tool_choice"
+    elif parallel_tool_calls is False:
+        guarantee, param = "parallel_tool_calls=False", "parallel_tool_calls"
+    else:
+        return
+    raise ToolSchemaError(
+        f"response_template parsing cannot guarantee {guarantee} "
+        "without a format-compatible structural grammar",
+        param,
+    )
 
 
 def _pinned(tool: dict) -> dict:

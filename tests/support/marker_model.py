@@ -21,6 +21,7 @@ from tests.support import tool_cases_classic3
 from tests.support import tool_cases_g3
 from tests.support import tool_cases_g1
 from tests.support import tool_cases_g2
+from tests.support import tool_cases_g6
 
 # (text, special) appended in this order after the tiny model's tokens.
 MARKERS: list[tuple[str, bool]] = [
@@ -74,6 +75,9 @@ MARKERS: list[tuple[str, bool]] = [
     ("</longcat_tool_call>", False),
 ]
 
+# Settings merged into the copy's tokenizer_config.json (hf: its response_template).
+CONFIG: dict = {}
+
 FILES = ("tokenizer.json", "tokenizer_config.json", "config.json", "special_tokens_map.json")
 
 
@@ -99,6 +103,7 @@ def marker_tokenizer_dir(tiny_model_dir: Path, out: Path) -> Path:
             "single_word": False, "special": special,
         }
     tokenizer.save(str(out / "tokenizer.json"))
+    config.update(CONFIG)
     (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False),
                                                encoding="utf-8")
     return out
@@ -110,3 +115,5 @@ MARKERS += tool_cases_classic3.MARKERS
 MARKERS += tool_cases_g3.MARKERS
 MARKERS += tool_cases_g1.MARKERS
 MARKERS += tool_cases_g2.MARKERS
+MARKERS += tool_cases_g6.MARKERS
+CONFIG.update(tool_cases_g6.CONFIG)

@@ -150,6 +150,7 @@ class Differ:
         ids = self.output_ids(case)
         text = self.output_text(case, ids)
         vparser, request = self.vllm_parser(tool, reasoning, case)
+        vparser.set_prompt_token_ids(self.prompt_ids(case))  # as vLLM's serving does
         v_reasoning, v_content, v_calls = vparser.parse(text, request, enable_auto_tools=True,
                                                         model_output_token_ids=ids)
         if not case.include_reasoning:

@@ -15,8 +15,8 @@ on the text so far (subclass
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.types import ParsedDelta
@@ -33,6 +33,8 @@ class ReasoningParser:
     # escaped newlines): a class whose instances have ``parsed(reasoning,
     # content)`` and ``delta(delta, finished=...)``; one per choice.
     output_rewriter: ClassVar[type | None] = None
+    # One parser of the whole output; see ToolParser.output_parser.
+    output_parser: ClassVar[Callable[..., Any] | None] = None
 
     def __init__(
         self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None

@@ -21,7 +21,8 @@ Class attributes describe what vLLM's ``adjust_request`` does for the parser
 from __future__ import annotations
 
 import json
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.types import ExtractedToolCalls, ParsedDelta
@@ -51,6 +52,15 @@ class ToolParser:
     # A grammar parser (vLLM's "engine-based"): see OutputParser for the two
     # rules vLLM applies only when every configured parser is one.
     grammar_based: ClassVar[bool] = False
+    # vLLM's hf parser is one parser of the whole output (reasoning, content,
+    # calls): this class replaces the composite for the choice, and pairs
+    # only with a reasoning parser of the same output_parser.
+    output_parser: ClassVar[Callable[..., Any] | None] = None
+    # vLLM runs adjust_request even for tool_choice "none" (always_adjust_request).
+    always_adjust_request: ClassVar[bool] = False
+    # vLLM's hf parser answers 400 to strict tools, "required"/named
+    # tool_choice and parallel_tool_calls=false: nothing can enforce them.
+    refuses_tool_guarantees: ClassVar[bool] = False
     # Set when no reasoning parser runs: reasoning markup is plain content (a
     # grammar that knows reasoning markers leaves them in the text).
     skip_reasoning_parsing: bool = False
