@@ -18,6 +18,7 @@ from pathlib import Path
 from tests.support import tool_cases_classic1
 from tests.support import tool_cases_classic2
 from tests.support import tool_cases_classic3
+from tests.support import tool_cases_g4
 
 # (text, special) appended in this order after the tiny model's tokens.
 MARKERS: list[tuple[str, bool]] = [
@@ -104,3 +105,4 @@ def marker_tokenizer_dir(tiny_model_dir: Path, out: Path) -> Path:
 MARKERS += tool_cases_classic1.MARKERS
 MARKERS += tool_cases_classic2.MARKERS
 MARKERS += tool_cases_classic3.MARKERS
+MARKERS += tool_cases_g4.MARKERS

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tests.support import tool_cases_classic1
 from tests.support import tool_cases_classic2
 from tests.support import tool_cases_classic3
+from tests.support import tool_cases_g4
 from tests.support.parser_diff import Case
 
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
@@ -514,3 +515,4 @@ MORE_CASES: dict[str, list[Case]] = {
 MORE_CASES.update(tool_cases_classic1.CASES)
 MORE_CASES.update(tool_cases_classic2.CASES)
 MORE_CASES.update(tool_cases_classic3.CASES)
+MORE_CASES.update(tool_cases_g4.CASES)

@@ -29,11 +29,17 @@ class ReasoningParser:
     mistral_guided_schema: ClassVar[bool] = False
     # A grammar parser (vLLM's "engine-based"); see ToolParser.grammar_based.
     grammar_based: ClassVar[bool] = False
+    # The model-specific composite vLLM picks for this parser; see ToolParser.vllm_composite.
+    vllm_composite: ClassVar[str | None] = None
 
     def __init__(
         self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None
     ) -> None:
         self.tokenizer = tokenizer
+
+    def set_request(self, tools: list[dict] | None, tool_choice: object) -> None:
+        """The request's tools and resolved tool_choice, for the parsers whose
+        output depends on them (vLLM passes them the request)."""
 
     @classmethod
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
@@ -59,6 +65,12 @@ class ReasoningParser:
     def finish(self) -> ParsedDelta | None:
         """Text still held back (after the end of reasoning, or of the output)."""
         return None
+
+    def strip_content_streaming(self, previous_content: str, content: str) -> str | None:
+        """For ``vllm_composite`` "kimi_k3" without a tool parser: what the
+        content after reasoning so far (``content``; ``previous_content`` a
+        step before) adds, as vLLM's KimiK3Parser sends it."""
+        raise NotImplementedError
 
     def fallback_content(self) -> str | None:
         """At the end of a stream whose reasoning never ended: text to send as

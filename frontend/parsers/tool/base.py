@@ -48,6 +48,9 @@ class ToolParser:
     # A grammar parser (vLLM's "engine-based"): see OutputParser for the two
     # rules vLLM applies only when every configured parser is one.
     grammar_based: ClassVar[bool] = False
+    # The model-specific composite vLLM's ParserManager picks when this
+    # parser is configured ("kimi_k3"; see OutputParser), else None.
+    vllm_composite: ClassVar[str | None] = None
     # Set when no reasoning parser runs: reasoning markup is plain content (a
     # grammar that knows reasoning markers leaves them in the text).
     skip_reasoning_parsing: bool = False

@@ -1,0 +1,78 @@
+"""Group g4's families as vLLM pairs them: each tool parser with its reasoning
+parser (kimi_k3, k2_horizon, muse_glimmer), and kimi_k3's reasoning parser with
+another tool parser, compared with vLLM's composite whole and delta by delta,
+on the tiny tokenizer with the families' marker tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from frontend.model import load_model_info
+from tests.support.marker_model import marker_tokenizer_dir
+from tests.support.parser_diff import CHUNKINGS, Differ
+from tests.support.tool_cases_g4 import WITH_REASONING
+
+
+@pytest.fixture(scope="module")
+def marker_differ(tiny_model_dir, tmp_path_factory):
+    from vllm.tokenizers import get_tokenizer
+
+    path = marker_tokenizer_dir(tiny_model_dir, tmp_path_factory.mktemp("markers"))
+    return Differ(load_model_info(str(path)), get_tokenizer(str(path)))
+
+
+@pytest.mark.parametrize("tool, reasoning, case", WITH_REASONING,
+                         ids=[c.id for _, _, c in WITH_REASONING])
+def test_pair_matches_vllm(marker_differ, tool, reasoning, case):
+    marker_differ.compare_whole(tool, reasoning, case)
+    for chunking in CHUNKINGS:
+        marker_differ.compare_stream(tool, reasoning, case, chunking)
+
+
+# Kimi K3's XTML structural tag over the schema shapes its builder tells apart.
+K3_TOOLS = [
+    {"type": "function", "function": {"name": 'say "hi" & go', "strict": True, "parameters": {
+        "type": "object", "required": ["mode"], "$defs": {"pt": {"type": "integer"}},
+        "properties": {
+            "mode": {"type": "string", "enum": ["fast", "slow"]},
+            "fixed": {"type": "string", "const": "x"},
+            "marker": {"type": "string", "enum": ["a<|b"]},
+            "short": {"type": "string", "maxLength": 8, "minLength": 2},
+            "bad_bounds": {"type": "string", "maxLength": 4, "minLength": 9},
+            "huge": {"type": "string", "maxLength": 5000},
+            "point": {"$ref": "#/$defs/pt", "type": "object"},
+            "count": {"type": "integer"},
+            "union": {"type": ["string", "null"]},
+            "untyped": {},
+        }}}},
+    {"type": "function", "function": {"name": "empty", "strict": True,
+                                      "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "loose", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}}}},
+]
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@pytest.mark.parametrize("tool_choice", ["auto", "required",
+                                         {"type": "function", "function": {"name": "empty"}}],
+                         ids=str)
+def test_kimi_k3_structural_tag_matches_vllm(marker_differ, tool_choice, parallel):
+    import json
+
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    from frontend.parsers.registry import tool_parser_class
+    from frontend.structured.tool_choice import adjust_request
+
+    tools = json.loads(json.dumps(K3_TOOLS))
+    vrequest = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
+                                     tools=tools, tool_choice=tool_choice,
+                                     parallel_tool_calls=parallel)
+    cls = marker_differ._manager.get_parser(tool_parser_name="kimi_k3", enable_auto_tools=True,
+                                            tokenizer=marker_differ.vtok)
+    vrequest = cls(marker_differ.vtok, vrequest.tools).adjust_request(vrequest)
+    ours = adjust_request(tool_parser_class("kimi_k3"), None, tools=tools,
+                          tool_choice=tool_choice, parallel_tool_calls=parallel)
+    assert ours.structural_tag is not None
+    assert ours.structural_tag == vrequest.structured_outputs.structural_tag
+    assert vrequest.skip_special_tokens is False and ours.skip_special_tokens is False
