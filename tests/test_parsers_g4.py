@@ -9,7 +9,7 @@ import pytest
 
 from frontend.model import load_model_info
 from tests.support.marker_model import marker_tokenizer_dir
-from tests.support.parser_diff import CHUNKINGS, Differ
+from tests.support.parser_diff import CHUNKINGS, TOOLS, Differ
 from tests.support.tool_cases_g4 import WITH_REASONING
 
 
@@ -76,3 +76,31 @@ def test_kimi_k3_structural_tag_matches_vllm(marker_differ, tool_choice, paralle
     assert ours.structural_tag is not None
     assert ours.structural_tag == vrequest.structured_outputs.structural_tag
     assert vrequest.skip_special_tokens is False and ours.skip_special_tokens is False
+
+
+@pytest.mark.parametrize("tool, reasoning", [("kimi_k3", None), (None, "kimi_k3"),
+                                             ("kimi_k3", "kimi_k3"), ("hermes", "kimi_k3"),
+                                             ("kimi_k3", "qwen3"), ("hermes", None)])
+@pytest.mark.parametrize("tool_choice", ["auto", "none", "required",
+                                         {"type": "function", "function": {"name": "search"}}],
+                         ids=str)
+def test_special_token_flags_match_vllm(marker_differ, tool, reasoning, tool_choice):
+    """Kimi K3 keeps its markers and joins them: skip_special_tokens and
+    spaces_between_special_tokens off, as vLLM's adjust_request sets them."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    from frontend.parsers.registry import reasoning_parser_class, tool_parser_class
+    from frontend.structured.tool_choice import adjust_request
+
+    vrequest = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
+                                     tools=TOOLS, tool_choice=tool_choice)
+    cls = marker_differ._manager.get_parser(tool_parser_name=tool, reasoning_parser_name=reasoning,
+                                            enable_auto_tools=True, tokenizer=marker_differ.vtok)
+    if cls.reasoning_parser_cls is not None or tool_choice != "none":  # the renderer's condition
+        vrequest = cls(marker_differ.vtok, vrequest.tools).adjust_request(vrequest)
+    ours = adjust_request(tool_parser_class(tool) if tool else None,
+                          reasoning_parser_class(reasoning) if reasoning else None,
+                          tools=TOOLS, tool_choice=tool_choice, parallel_tool_calls=True)
+    assert (ours.skip_special_tokens is False) == (vrequest.skip_special_tokens is False)
+    assert (ours.spaces_between_special_tokens is False) == (
+        vrequest.spaces_between_special_tokens is False)

@@ -184,6 +184,12 @@ WITH_REASONING: list[tuple[str, str, Case]] = [
                                 prompt_suffix=f"{THINK_OPEN}{THINK_CLOSE}")),
     ("kimi_k3", "kimi_k3", Case("k3-required", f"p{THINK_CLOSE}" + k3_tools(K3W),
                                 tool_choice="required")),
+    ("kimi_k3", "kimi_k3", Case("k3-no-reasoning-sent", f"{THINK_OPEN}p{THINK_CLOSE}"
+                                + k3_response("Hi") + k3_tools(K3W), include_reasoning=False)),
+    ("kimi_k3", "kimi_k3", Case("k3-named", f"p{THINK_CLOSE}" + k3_tools(K3W),
+                                tool_choice=NAMED)),
+    ("hermes", "kimi_k3", Case("k3-hermes-none", f"p{THINK_CLOSE}" + k3_response("Hi"),
+                               tool_choice="none")),
     ("hermes", "kimi_k3", Case("k3-hermes", f"plan{THINK_CLOSE}" + k3_response("Hi")
                                + '<tool_call>{"name": "search", "arguments": {}}</tool_call>')),
     ("k2_horizon", "k2_horizon", Case("horizon-think-call", f"<ifm|think>plan</ifm|think> {GS}{HW}"

@@ -25,6 +25,8 @@ from frontend.parsers.types import ParsedDelta
 class ReasoningParser:
     # vLLM's adjust_request sets skip_special_tokens=False for this parser.
     keeps_special_tokens: ClassVar[bool] = False
+    # And spaces_between_special_tokens=False; see ToolParser.joins_special_tokens.
+    joins_special_tokens: ClassVar[bool] = False
     # For "required"/named, Mistral's parsers force a bare [{"name", "arguments"}] array.
     mistral_guided_schema: ClassVar[bool] = False
     # A grammar parser (vLLM's "engine-based"); see ToolParser.grammar_based.

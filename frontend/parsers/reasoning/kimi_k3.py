@@ -110,6 +110,7 @@ def _new_part(current: str, previous: str) -> str:
 
 class KimiK3ReasoningParser(TextSoFarReasoningParser):
     keeps_special_tokens = True
+    joins_special_tokens = True
     vllm_composite = "kimi_k3"
 
     def __init__(

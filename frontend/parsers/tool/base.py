@@ -43,6 +43,9 @@ class ToolParser:
     # When adjust_request sets skip_special_tokens=False: "with_tools"
     # (tools given and tool_choice != "none"), "always", or None.
     keeps_special_tokens: ClassVar[str | None] = None
+    # adjust_request also sets spaces_between_special_tokens=False (whenever
+    # vLLM calls it): markers of several special tokens must arrive joined.
+    joins_special_tokens: ClassVar[bool] = False
     # For "required"/named, Mistral's parsers force a bare [{"name", "arguments"}] array.
     mistral_guided_schema: ClassVar[bool] = False
     # A grammar parser (vLLM's "engine-based"): see OutputParser for the two

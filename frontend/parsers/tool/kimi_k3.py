@@ -129,6 +129,7 @@ class KimiK3ToolParser(TextSoFarToolParser):
     supports_required_and_named = False
     structural_tag_model = "kimi_k3"
     keeps_special_tokens = "always"
+    joins_special_tokens = True
     vllm_composite = "kimi_k3"
 
     def __init__(self, *args, **kwargs) -> None:
