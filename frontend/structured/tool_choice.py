@@ -175,7 +175,8 @@ def adjust_chat_request(
 ) -> tuple[Constraints, bool | None, bool | None]:
     """:func:`adjust_request` for a chat request: its grammar constraint after
     the adjustment, and the ``skip_special_tokens`` and
-    ``spaces_between_special_tokens`` it forces (None: the request's own). Raises ApiError (400) where vLLM refuses the tools."""
+    ``spaces_between_special_tokens`` it forces (None: the request's own).
+    Raises ApiError (400) where vLLM refuses the tools."""
     so_fields = constraints.structured_outputs or {}
     rf_type = response_format.get("type") if isinstance(response_format, dict) else None
     try:
