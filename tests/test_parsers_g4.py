@@ -104,3 +104,31 @@ def test_special_token_flags_match_vllm(marker_differ, tool, reasoning, tool_cho
     assert (ours.skip_special_tokens is False) == (vrequest.skip_special_tokens is False)
     assert (ours.spaces_between_special_tokens is False) == (
         vrequest.spaces_between_special_tokens is False)
+
+
+@pytest.mark.parametrize("tool, reasoning", [("kimi_k3", None), (None, "kimi_k3")])
+def test_chat_route_decodes_kimi_k3_markers_joined(marker_differ, tool, reasoning):
+    """The chat route's sampling params carry both flags to the detokenizer."""
+    import asyncio
+    import json
+
+    import msgspec
+
+    from frontend.openai.chat import prepare
+    from frontend.openai.chat_request import ChatCompletionRequest
+    from frontend.parsers import ChatParsers
+    from harness.state import make_state
+
+    state = make_state(marker_differ.model)
+    state.parsers = ChatParsers(marker_differ.tokenizer, tool_parser=tool,
+                                reasoning_parser=reasoning)
+    body = {"model": marker_differ.model.path, "messages": [{"role": "user", "content": "hi"}],
+            **({"tools": TOOLS} if tool else {})}
+    req = msgspec.json.decode(json.dumps(body).encode(), type=ChatCompletionRequest)
+    params = asyncio.run(prepare(state, req, engine_checks=False)).params
+    assert params.skip_special_tokens is False
+    assert params.spaces_between_special_tokens is False
+    state.parsers = ChatParsers(marker_differ.tokenizer, tool_parser="hermes",
+                                reasoning_parser="qwen3")
+    params = asyncio.run(prepare(state, req, engine_checks=False)).params
+    assert params.spaces_between_special_tokens is True
