@@ -132,3 +132,42 @@ def test_chat_route_decodes_kimi_k3_markers_joined(marker_differ, tool, reasonin
                                 reasoning_parser="qwen3")
     params = asyncio.run(prepare(state, req, engine_checks=False)).params
     assert params.spaces_between_special_tokens is True
+
+
+@pytest.mark.parametrize("own", ["json", "structural_tag", "response_format"])
+@pytest.mark.parametrize("tool_choice", ["auto", "required",
+                                         {"type": "function", "function": {"name": "empty"}}],
+                         ids=str)
+def test_kimi_k3_tag_with_the_requests_own_constraint_matches_vllm(marker_differ, own,
+                                                                     tool_choice):
+    """With a strict tool, "auto" lets the model call a tool or write the
+    request's own constraint ("or" of the two), as vLLM builds it."""
+    import json
+
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    from frontend.parsers.registry import tool_parser_class
+    from frontend.structured.request import Constraints
+    from frontend.structured.tool_choice import adjust_chat_request
+
+    if own == "json" and isinstance(tool_choice, dict):
+        pytest.skip("vLLM rejects structured outputs with a named tool")
+    if own == "structural_tag" and tool_choice == "auto":
+        pytest.skip("a structural tag or a strict tool: refused here (README)")
+    tools = json.loads(json.dumps(K3_TOOLS))
+    so = {"json": {"type": "object"}} if own == "json" else {"structural_tag": json.dumps(
+        {"type": "structural_tag", "format": {"type": "any_text"}})}
+    so = None if own == "response_format" else so
+    rf = {"type": "json_object"} if own == "response_format" else None
+    extra = {"structured_outputs": so} if so else {"response_format": rf}
+    vrequest = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
+                                     tools=tools, tool_choice=tool_choice, **extra)
+    cls = marker_differ._manager.get_parser(tool_parser_name="kimi_k3", enable_auto_tools=True,
+                                            tokenizer=marker_differ.vtok)
+    vrequest = cls(marker_differ.vtok, vrequest.tools).adjust_request(vrequest)
+    constraints = Constraints(so, {"json_object": True} if rf else None)
+    ours, _, _ = adjust_chat_request(tool_parser_class("kimi_k3"), None, tools=tools,
+                                     tool_choice=tool_choice, parallel_tool_calls=True,
+                                     response_format=rf, structured_outputs=so,
+                                     constraints=constraints)
+    assert ours.structured_outputs == {"structural_tag": vrequest.structured_outputs.structural_tag}
