@@ -197,6 +197,12 @@ WITH_REASONING: list[tuple[str, str, Case]] = [
     ("k2_horizon", "k2_horizon", Case("horizon-implicit-end", f"plan{GS}{HW}{GE} done")),
     ("k2_horizon", "k2_horizon", Case("horizon-none", f"<ifm|think>p</ifm|think>{GS}{HW}{GE}",
                                       tool_choice="none")),
+    ("k2_horizon", "qwen3", Case("horizon-qwen3", f"plan</think>\n\nok {GS}{HW}{GE}")),
+    ("k2_horizon", "qwen3", Case("horizon-qwen3-none", f"plan</think> {GS}{HW}{GE}",
+                                 tool_choice="none")),
+    ("kimi_k3", "qwen3", Case("k3-qwen3", "plan</think>" + k3_response("Hi") + k3_tools(K3W))),
+    ("kimi_k3", "qwen3", Case("k3-qwen3-none", "plan</think>" + k3_response("Hi")
+                              + k3_tools(K3W), tool_choice="none")),
     ("muse_glimmer", "muse_glimmer", Case(
         "muse-call", f"to=self{MSG}call it{EOM}{START}assistant to=get_weather{MSG}{MW}{EOM}")),
     ("muse_glimmer", "muse_glimmer", Case(
