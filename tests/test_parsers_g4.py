@@ -171,3 +171,32 @@ def test_kimi_k3_tag_with_the_requests_own_constraint_matches_vllm(marker_differ
                                      response_format=rf, structured_outputs=so,
                                      constraints=constraints)
     assert ours.structured_outputs == {"structural_tag": vrequest.structured_outputs.structural_tag}
+
+
+def test_k2_horizon_unknown_tool_call_format_is_vllms_400(marker_differ):
+    import asyncio
+    import json
+
+    import msgspec
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest as VReq
+
+    from frontend.errors import ApiError
+    from frontend.openai.chat import prepare
+    from frontend.openai.chat_request import ChatCompletionRequest
+    from frontend.parsers import ChatParsers
+    from harness.state import make_state
+
+    kwargs = {"tool_call_format": "yaml"}
+    body = {"model": marker_differ.model.path, "messages": [{"role": "user", "content": "hi"}],
+            "tools": TOOLS, "chat_template_kwargs": kwargs}
+    cls = marker_differ._manager.get_parser(tool_parser_name="k2_horizon", enable_auto_tools=True,
+                                            tokenizer=marker_differ.vtok)
+    vrequest = VReq(**body)
+    with pytest.raises(ValueError) as theirs:
+        cls(marker_differ.vtok, vrequest.tools).adjust_request(vrequest)
+    state = make_state(marker_differ.model)
+    state.parsers = ChatParsers(marker_differ.tokenizer, tool_parser="k2_horizon")
+    req = msgspec.json.decode(json.dumps(body).encode(), type=ChatCompletionRequest)
+    with pytest.raises(ApiError) as ours:
+        asyncio.run(prepare(state, req, engine_checks=False))
+    assert (ours.value.status, ours.value.message) == (400, str(theirs.value))

@@ -379,6 +379,12 @@ def plan(
         constraints,
     )
     if parsers is not None:
+        tool = parsers.tool_parser
+        if tool is not None and (parsers.reasoning_parser is not None or tool_choice != "none"):
+            try:  # what vLLM's adjust_request refuses, a 400 before generation
+                tool.check_request(template_kwargs)
+            except ValueError as e:
+                raise ApiError(str(e), 400) from None
         (
             tooling.constraints,
             tooling.skip_special_tokens,

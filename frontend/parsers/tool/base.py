@@ -76,6 +76,10 @@ class ToolParser:
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
         """Raise ValueError if the model's tokenizer lacks the parser's tokens."""
 
+    @classmethod
+    def check_request(cls, chat_template_kwargs: dict | None) -> None:
+        """Raise ValueError for a request vLLM's ``adjust_request`` refuses."""
+
     def extract(self, text: str) -> ExtractedToolCalls:
         raise NotImplementedError
 

@@ -130,6 +130,10 @@ class K2HorizonToolParser(TextSoFarToolParser):
         self._pending_content = ""
         self._content_seen = False
 
+    @classmethod
+    def check_request(cls, chat_template_kwargs: dict | None) -> None:
+        tool_call_format(chat_template_kwargs)
+
     # -- one call ----------------------------------------------------------------
 
     def _validate_tool_name(self, name: Any) -> str:
