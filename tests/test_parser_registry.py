@@ -105,12 +105,7 @@ def compared_with_vllm(kind: str) -> set[str]:
 
 
 # Not ported yet (issue 27): expected to fail, strictly (one that passes must leave the list).
-NOT_YET: set[tuple[str, str]] = {
-    ("reasoning", "kimi_k3"),
-    ("tool", "k2_horizon"),
-    ("tool", "kimi_k3"),
-    ("tool", "muse_glimmer"),
-}
+NOT_YET: set[tuple[str, str]] = set()
 
 
 @pytest.mark.parametrize("kind, name", [

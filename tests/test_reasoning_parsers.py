@@ -18,6 +18,7 @@ from tests.support import reasoning_cases_g3
 from tests.support import tool_cases_g1
 from tests.support import tool_cases_g6
 from tests.support.marker_model import marker_tokenizer_dir
+from tests.support import reasoning_cases_g4
 from tests.support.parser_diff import CHUNKINGS, TOOLS, Case, Differ, tokenizer_dir
 
 OFF = {"enable_thinking": False}
@@ -171,6 +172,7 @@ FAMILY_TOKENS = {"<assistant>": False, "<response>": False, "</response>": False
                  "</ifm|think_faster>": True, "<ifm|tool_calls>": True,
                  "<mm:think>": False, "</mm:think>": False, "<|message|>": True,
                  "<|eom|>": True, "<|eot|>": True, "<|start|>": True}
+FAMILY_TOKENS |= reasoning_cases_g4.TOKENS
 ERNIE = [
     Case("response-block", "abc\n</think>\n\n<response>\ndef\n</response>\n", tools=None),
     Case("plain-after-end", "abc\n</think>\ndef", tools=None),
@@ -285,6 +287,7 @@ FAMILY = {
     "hy_v4": ([None, {"reasoning_effort": "low"}, {"reasoning_effort": "no_think"}], []),
     "muse_glimmer": ([None], MUSE),
     "deepseek_v41": ([None, {"thinking": False}], DEEPSEEK_V4),
+    "kimi_k3": (reasoning_cases_g4.MODES, reasoning_cases_g4.KIMI_K3),
 }
 SEED = {"<think>": "<seed:think>", "</think>": "</seed:think>", "<tool_call>": "<seed:tool_call>",
         "</tool_call>": "</seed:tool_call>"}

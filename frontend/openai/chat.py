@@ -149,6 +149,8 @@ async def prepare(
     fields = req.to_sampling_fields()
     if plan.skip_special_tokens is False:  # the parser reads its marker tokens
         fields.skip_special_tokens = False
+    if plan.spaces_between_special_tokens is False:  # as one piece of text
+        fields.spaces_between_special_tokens = False
     params = build_sampling_params(model, fields, max_tokens=max_tokens, stream=bool(req.stream))
     if engine_checks:  # (vLLM's input processor's; its render routes skip them)
         rules.check_thinking_budget_supported(

@@ -255,6 +255,8 @@ class ChatTooling:
     constraints: Constraints
     # False: decode with special tokens kept (the parser needs its markers).
     skip_special_tokens: bool | None = None
+    # False: no spaces between special tokens (a parser's multi-token markers).
+    spaces_between_special_tokens: bool | None = None
     reasoning_ended: bool | None = None
     reasoning_parser_kwargs: dict | None = None
 
@@ -377,7 +379,17 @@ def plan(
         constraints,
     )
     if parsers is not None:
-        tooling.constraints, tooling.skip_special_tokens = adjust_chat_request(
+        tool = parsers.tool_parser
+        if tool is not None and (parsers.reasoning_parser is not None or tool_choice != "none"):
+            try:  # what vLLM's adjust_request refuses, a 400 before generation
+                tool.check_request(template_kwargs)
+            except ValueError as e:
+                raise ApiError(str(e), 400) from None
+        (
+            tooling.constraints,
+            tooling.skip_special_tokens,
+            tooling.spaces_between_special_tokens,
+        ) = adjust_chat_request(
             parsers.tool_parser,
             parsers.reasoning_parser,
             tools=tools,

@@ -22,7 +22,7 @@ from frontend.parsers.forced import named_stream_delta, parse_required, required
 from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tokenizer import ParserTokenizer
 from frontend.parsers.tool.base import ToolParser
-from frontend.parsers.types import ParsedDelta, ToolCall, named_tool
+from frontend.parsers.types import UNSET, ParsedDelta, ToolCall, named_tool
 
 
 @dataclass(slots=True)
@@ -62,8 +62,22 @@ class OutputParser:
         )
         rewriter = reasoning_parser.output_rewriter if reasoning_parser is not None else None
         self._rewriter = rewriter() if rewriter is not None else None
+        if self.reasoning is not None:
+            self.reasoning.set_request(tools, tool_choice)
         self.tool_choice = tool_choice
         self.include_reasoning = include_reasoning
+        # vLLM's KimiK3Parser, for a pair with a kimi_k3 parser: content from
+        # the tool parser always; without one, streamed content unwrapped by
+        # the reasoning parser.
+        self._kimi_k3 = any(
+            p is not None and p.vllm_composite == "kimi_k3" for p in (self.tool, self.reasoning)
+        )
+        self._unwraps_content = (
+            self.tool is None
+            and self.reasoning is not None
+            and self.reasoning.vllm_composite == "kimi_k3"
+        )
+        self._content_so_far = ""  # after reasoning, for _unwraps_content
         self._named = named_tool(tool_choice)
         # vLLM lets the tool parser decide the content of tool_choice="none"
         # output and of output without calls only when every configured
@@ -100,6 +114,8 @@ class OutputParser:
         tool = self.tool
         if tool is None:
             return [], content
+        if self._kimi_k3:
+            return self._kimi_k3_tool_calls(content)
         if self.tool_choice == "none":
             if self._content_from_tool_parser:
                 return [], tool.extract(content or "").content
@@ -126,6 +142,18 @@ class OutputParser:
             return None, content
         return [], content
 
+    def _kimi_k3_tool_calls(self, content: str | None) -> tuple[list[ToolCall] | None, str | None]:
+        """vLLM's KimiK3Parser: every tool_choice is parsed as "auto", and the
+        content is the tool parser's."""
+        assert self.tool is not None
+        info = self.tool.extract(content or "")
+        if self.tool_choice == "none":
+            return [], info.content
+        if not info.tools_called:
+            return None, info.content
+        content = info.content
+        return info.tool_calls, None if content and not content.strip() else content
+
     def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
         """Reasoning tokens among the choice's output tokens (usage details)."""
         if self.reasoning is None:
@@ -145,6 +173,7 @@ class OutputParser:
     ) -> ParsedDelta | None:
         delta_ids = list(delta_ids)
         reasoning = self.reasoning
+        previous_content = self._content_so_far
         if not self._prompt_checked:
             self._prompt_checked = True
             if reasoning is None or reasoning.is_reasoning_end(self._prompt_ids):
@@ -180,6 +209,8 @@ class OutputParser:
         in_tools = self.tool is not None and self.reasoning_ended
         if delta is None and not transitioned and not in_reasoning and not in_tools:
             delta = ParsedDelta(content=delta_text)
+        if self._unwraps_content and self.reasoning_ended:
+            self._content_so_far += delta_text
 
         if finished:
             delta = self._finish(delta)
@@ -187,17 +218,30 @@ class OutputParser:
             delta.reasoning = None
             if not delta.content and not delta.tool_calls:
                 delta = None
+        if delta is not None and self._unwraps_content and self.reasoning_ended:
+            delta = self._unwrapped(delta, previous_content)
         if self._rewriter is not None:
             delta = self._rewriter.delta(delta, finished=finished)
         if delta is not None and delta.tool_calls:
             self.tools_streamed = True
         return delta
 
+    def _unwrapped(self, delta: ParsedDelta, previous_content: str) -> ParsedDelta | None:
+        """vLLM's KimiK3Parser without a tool parser: the step's content is
+        what the content so far adds, response/message markers stripped."""
+        assert self.reasoning is not None
+        delta.content = self.reasoning.strip_content_streaming(
+            previous_content, self._content_so_far
+        )
+        if delta.content is None and delta.reasoning in (None, UNSET) and not delta.tool_calls:
+            return None
+        return delta
+
     def _tool_step(self, delta_text: str, delta_ids: list[int]) -> ParsedDelta | None:
         tool = self.tool
         assert tool is not None
         if self.tool_choice == "none":
-            if self._content_from_tool_parser:
+            if self._content_from_tool_parser or self._kimi_k3:
                 delta = tool.feed(delta_text, delta_ids)
                 if delta is not None:
                     delta.tool_calls = []

@@ -39,6 +39,9 @@ from protocol.structured import CONSTRAINTS
 class RequestAdjustment:
     # False: decode with skip_special_tokens=False whatever the request says.
     skip_special_tokens: bool | None = None
+    # False: detokenize without spaces between special tokens (markers made
+    # of several special tokens arrive as contiguous text).
+    spaces_between_special_tokens: bool | None = None
     # Set as the request's structured output (json), clearing response_format.
     json_schema: dict | None = None
     # Set as the request's structured output (structural_tag, JSON text),
@@ -105,6 +108,8 @@ def adjust_request(
     if reasoning_parser is not None:
         if reasoning_parser.keeps_special_tokens:
             out.skip_special_tokens = False
+        if reasoning_parser.joins_special_tokens:
+            out.spaces_between_special_tokens = False
         if reasoning_parser.mistral_guided_schema and mistral_schema:
             out.json_schema = mistral_array_schema(cast("list[dict]", tools), tool_choice)
     if tool_parser is None:
@@ -152,6 +157,8 @@ def adjust_request(
     keep = tool_parser.keeps_special_tokens
     if keep == "always" or (keep == "with_tools" and tools and tool_choice != "none"):
         out.skip_special_tokens = False
+    if tool_parser.joins_special_tokens:
+        out.spaces_between_special_tokens = False
     return out
 
 
@@ -197,10 +204,11 @@ def adjust_chat_request(
     constraints: Constraints,
     strict_level: str = "auto",
     token_suffix: str = "",
-) -> tuple[Constraints, bool | None]:
+) -> tuple[Constraints, bool | None, bool | None]:
     """:func:`adjust_request` for a chat request: its grammar constraint after
-    the adjustment, and the ``skip_special_tokens`` it forces (None: the
-    request's own). Raises ApiError (400) where vLLM refuses the tools."""
+    the adjustment, and the ``skip_special_tokens`` and
+    ``spaces_between_special_tokens`` it forces (None: the request's own).
+    Raises ApiError (400) where vLLM refuses the tools."""
     so_fields = constraints.structured_outputs or {}
     rf_type = response_format.get("type") if isinstance(response_format, dict) else None
     try:
@@ -230,7 +238,11 @@ def adjust_chat_request(
         )
     elif adjustment.json_schema is not None:
         constraints = Constraints({"json": adjustment.json_schema}, None)
-    return constraints, adjustment.skip_special_tokens
+    return (
+        constraints,
+        adjustment.skip_special_tokens,
+        adjustment.spaces_between_special_tokens,
+    )
 
 
 def _tools_or_output(

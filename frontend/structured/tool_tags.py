@@ -33,6 +33,17 @@ def _schema(tool: dict, style: str) -> dict:
     }
 
 
+def _json_schema(schema: Any) -> dict:
+    return {
+        "type": "json_schema",
+        "json_schema": schema,
+        "style": "json",
+        "any_order": False,
+        "max_whitespace_cnt": None,
+        "excludes": [],
+    }
+
+
 def _tag(begin: str, content: dict, end: str) -> dict:
     return {"type": "tag", "begin": begin, "content": content, "end": end}
 
@@ -475,6 +486,136 @@ def _hy_v4(tools: list[dict], choice: str, token_suffix: str = "") -> dict:
     }
 
 
+K3_OPEN, K3_CLOSE, K3_SEP = "<|open|>", "<|close|>", "<|sep|>"
+K3_ARG_CLOSE = f"{K3_CLOSE}argument{K3_SEP}"
+# JSON schema type -> the XTML type= value (integer is a number there).
+_K3_TYPES = {
+    "string": "string",
+    "integer": "number",
+    "number": "number",
+    "boolean": "boolean",
+    "null": "null",
+    "object": "object",
+    "array": "array",
+}
+# One raw string character: anything but the "<|" that begins a marker.
+_K3_STRING_ATOM = r"(?:[^<]|<[^|])"
+
+
+def _k3_attr(value: str) -> str:
+    return str(value).replace("&", "&amp;").replace('"', "&quot;")
+
+
+def _k3_any_text(excludes: list[str]) -> dict:
+    return {"type": "any_text", "excludes": excludes, "max_tokens": None, "max_chars": None}
+
+
+def _k3_string_value(prop: dict) -> dict:
+    """A raw string value: its enum/const, else its length bound, else any text."""
+    values = prop.get("enum")
+    if values is None and isinstance(prop.get("const"), str):
+        values = [prop["const"]]
+    if (
+        isinstance(values, list)
+        and values
+        and len(values) <= 256
+        and all(isinstance(v, str) for v in values)
+        and not any("<|" in v for v in values)
+    ):
+        return _glm_or([{"type": "const_string", "value": v} for v in values])
+    max_len, min_len = prop.get("maxLength"), prop.get("minLength", 0)
+    if isinstance(max_len, int) and 0 <= max_len <= 4096:
+        if not isinstance(min_len, int) or min_len < 0 or min_len > max_len:
+            min_len = 0
+        return {"type": "regex", "pattern": _K3_STRING_ATOM + f"{{{min_len},{max_len}}}"}
+    return _k3_any_text([K3_CLOSE])
+
+
+def _k3_argument(key: str, prop: Any, defs: dict) -> dict:
+    """One ``argument`` tag; any attributes and a raw value for an untyped property."""
+    prop = prop if isinstance(prop, dict) else {}
+    kind = prop.get("type")
+    xtml = _K3_TYPES.get(kind) if isinstance(kind, str) else None
+    if xtml is None:
+        return _tag(
+            K3_OPEN + "argument ",
+            {
+                "type": "sequence",
+                "elements": [
+                    {"type": "regex", "pattern": r"[^<]*<\|sep\|>"},
+                    _k3_any_text([K3_CLOSE]),
+                ],
+            },
+            K3_ARG_CLOSE,
+        )
+    begin = f'{K3_OPEN}argument key="{_k3_attr(key)}" type="{xtml}"{K3_SEP}'
+    if xtml == "string":
+        return _tag(begin, _k3_string_value(prop), K3_ARG_CLOSE)
+    # The root's $defs go along: the property's references point there.
+    embedded = {**prop, **{k: v for k, v in defs.items() if k not in prop}}
+    return _tag(begin, _json_schema(embedded), K3_ARG_CLOSE)
+
+
+def _k3_call(tool: dict) -> dict:
+    function = tool["function"]
+    params = function.get("parameters") if function.get("strict") is True else None
+    props = params.get("properties") if isinstance(params, dict) else None
+    if not isinstance(params, dict) or not isinstance(props, dict) or not props:
+        arguments = {"type": "star", "content": _k3_argument("", None, {})}
+    else:
+        defs = {k: params[k] for k in ("$defs", "definitions") if isinstance(params.get(k), dict)}
+        inner = _glm_or([_k3_argument(key, prop, defs) for key, prop in props.items()])
+        required = params.get("required")
+        plus = isinstance(required, list) and required
+        arguments = {"type": "plus" if plus else "star", "content": inner}
+    return _tag(
+        f'{K3_OPEN}call tool="{_k3_attr(function["name"])}" index="',
+        {
+            "type": "sequence",
+            "elements": [
+                {"type": "regex", "pattern": "[0-9]+"},
+                {"type": "const_string", "value": f'"{K3_SEP}'},
+                arguments,
+            ],
+        },
+        f"{K3_CLOSE}call{K3_SEP}",
+    )
+
+
+def _kimi_k3(tools: list[dict], choice: str) -> dict:
+    """vLLM's kimi_k3: the response channel (its opener optional), then the
+    tools channel (optional for "auto"), then an optional message closer."""
+    response = [
+        {
+            "type": "optional",
+            "content": {"type": "const_string", "value": f"{K3_OPEN}response{K3_SEP}"},
+        },
+        _tag(
+            "", _k3_any_text([K3_OPEN, K3_CLOSE, "<|end_of_msg|>"]), f"{K3_CLOSE}response{K3_SEP}"
+        ),
+    ]
+    trailer = {
+        "type": "optional",
+        "content": {"type": "const_string", "value": f"{K3_CLOSE}message{K3_SEP}"},
+    }
+    if not tools:
+        return {"type": "sequence", "elements": [*response, trailer]}
+    channel = _tag(
+        f"{K3_OPEN}tools{K3_SEP}",
+        {
+            "type": "tags_with_separator",
+            "tags": [_k3_call(t) for t in (tools[:1] if choice == "forced" else tools)],
+            "separator": "",
+            "at_least_one": True,
+            "stop_after_first": False,
+        },
+        f"{K3_CLOSE}tools{K3_SEP}",
+    )
+    if choice == "auto":
+        channel = {"type": "optional", "content": channel}
+    return {"type": "sequence", "elements": [*response, channel, trailer]}
+
+
 # A tool parser's ``structural_tag_model`` -> the builder of its tags.
 BUILDERS: dict[str, Callable[..., dict]] = {
     "deepseek_r1": _deepseek_r1,
@@ -486,6 +627,7 @@ BUILDERS: dict[str, Callable[..., dict]] = {
     "hermes": _hermes,
     "hy_v4": _hy_v4,
     "kimi": _kimi,
+    "kimi_k3": _kimi_k3,
     "llama": _llama,
     "longcat": _longcat,
     "mimo": _mimo,

@@ -22,6 +22,7 @@ from tests.support import tool_cases_g3
 from tests.support import tool_cases_g1
 from tests.support import tool_cases_g2
 from tests.support import tool_cases_g6
+from tests.support import tool_cases_g4
 
 # (text, special) appended in this order after the tiny model's tokens.
 MARKERS: list[tuple[str, bool]] = [
@@ -117,3 +118,4 @@ MARKERS += tool_cases_g1.MARKERS
 MARKERS += tool_cases_g2.MARKERS
 MARKERS += tool_cases_g6.MARKERS
 CONFIG.update(tool_cases_g6.CONFIG)
+MARKERS += tool_cases_g4.MARKERS

@@ -12,6 +12,7 @@ from tests.support import tool_cases_g5
 from tests.support import tool_cases_g1
 from tests.support import tool_cases_g2
 from tests.support import tool_cases_g6
+from tests.support import tool_cases_g4
 from tests.support.parser_diff import Case
 
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
@@ -524,3 +525,4 @@ MORE_CASES.update(tool_cases_g5.CASES)
 MORE_CASES.update(tool_cases_g1.CASES)
 MORE_CASES.update(tool_cases_g2.CASES)
 MORE_CASES.update(tool_cases_g6.CASES)
+MORE_CASES.update(tool_cases_g4.CASES)

@@ -25,6 +25,8 @@ from frontend.parsers.types import ParsedDelta
 class ReasoningParser:
     # vLLM's adjust_request sets skip_special_tokens=False for this parser.
     keeps_special_tokens: ClassVar[bool] = False
+    # And spaces_between_special_tokens=False; see ToolParser.joins_special_tokens.
+    joins_special_tokens: ClassVar[bool] = False
     # For "required"/named, Mistral's parsers force a bare [{"name", "arguments"}] array.
     mistral_guided_schema: ClassVar[bool] = False
     # A grammar parser (vLLM's "engine-based"); see ToolParser.grammar_based.
@@ -35,11 +37,17 @@ class ReasoningParser:
     output_rewriter: ClassVar[type | None] = None
     # One parser of the whole output; see ToolParser.output_parser.
     output_parser: ClassVar[Callable[..., Any] | None] = None
+    # The model-specific composite vLLM picks for this parser; see ToolParser.vllm_composite.
+    vllm_composite: ClassVar[str | None] = None
 
     def __init__(
         self, tokenizer: ParserTokenizer, chat_template_kwargs: dict | None = None
     ) -> None:
         self.tokenizer = tokenizer
+
+    def set_request(self, tools: list[dict] | None, tool_choice: object) -> None:
+        """The request's tools and resolved tool_choice, for the parsers whose
+        output depends on them (vLLM passes them the request)."""
 
     @classmethod
     def check_tokenizer(cls, tokenizer: ParserTokenizer) -> None:
@@ -69,6 +77,12 @@ class ReasoningParser:
     def finish(self) -> ParsedDelta | None:
         """Text still held back (after the end of reasoning, or of the output)."""
         return None
+
+    def strip_content_streaming(self, previous_content: str, content: str) -> str | None:
+        """For ``vllm_composite`` "kimi_k3" without a tool parser: what the
+        content after reasoning so far (``content``; ``previous_content`` a
+        step before) adds, as vLLM's KimiK3Parser sends it."""
+        raise NotImplementedError
 
     def fallback_content(self) -> str | None:
         """At the end of a stream whose reasoning never ended: text to send as

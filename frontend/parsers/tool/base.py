@@ -47,6 +47,9 @@ class ToolParser:
     # When adjust_request sets skip_special_tokens=False: "with_tools"
     # (tools given and tool_choice != "none"), "always", or None.
     keeps_special_tokens: ClassVar[str | None] = None
+    # adjust_request also sets spaces_between_special_tokens=False (whenever
+    # vLLM calls it): markers of several special tokens must arrive joined.
+    joins_special_tokens: ClassVar[bool] = False
     # For "required"/named, Mistral's parsers force a bare [{"name", "arguments"}] array.
     mistral_guided_schema: ClassVar[bool] = False
     # A grammar parser (vLLM's "engine-based"): see OutputParser for the two
@@ -61,6 +64,9 @@ class ToolParser:
     # vLLM's hf parser answers 400 to strict tools, "required"/named
     # tool_choice and parallel_tool_calls=false: nothing can enforce them.
     refuses_tool_guarantees: ClassVar[bool] = False
+    # The model-specific composite vLLM's ParserManager picks when this
+    # parser is configured ("kimi_k3"; see OutputParser), else None.
+    vllm_composite: ClassVar[str | None] = None
     # Set when no reasoning parser runs: reasoning markup is plain content (a
     # grammar that knows reasoning markers leaves them in the text).
     skip_reasoning_parsing: bool = False
@@ -87,6 +93,10 @@ class ToolParser:
     def structural_tag_suffix(cls, tokenizer: ParserTokenizer) -> str:
         """The suffix the model's markers carry in the structural tag ("" for most)."""
         return ""
+
+    @classmethod
+    def check_request(cls, chat_template_kwargs: dict | None) -> None:
+        """Raise ValueError for a request vLLM's ``adjust_request`` refuses."""
 
     def extract(self, text: str) -> ExtractedToolCalls:
         raise NotImplementedError
