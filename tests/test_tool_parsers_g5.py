@@ -253,7 +253,7 @@ def test_hy_v4_auto_is_tagged_only_with_the_requests_own_constraint(marker_diffe
     d = marker_differ_g5
     cls = d._manager.get_parser(tool_parser_name="hy_v4", enable_auto_tools=True, tokenizer=d.vtok)
     request = cls(d.vtok, request.tools).adjust_request(request)
-    constraints, _ = adjust_chat_request(
+    constraints, _, _ = adjust_chat_request(
         tool_parser_class("hy_v4"),
         None,
         tools=tools,
