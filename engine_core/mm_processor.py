@@ -36,6 +36,8 @@ import json
 import sys
 from typing import Any
 
+import zmq
+
 from protocol import mm_worker
 
 
@@ -72,13 +74,14 @@ class Processor:
             error = result.error
             return _error(error.message, error.param, error.code)
         conversation, (engine_input,) = result
-        request = self.inputs.process_inputs("mm", engine_input, self.params, ("generate",))
+        processed = self.inputs.process_inputs("mm", engine_input, self.params, ("generate",))
+        frames = self.encoder.encode(processed.mm_features)
         return {
             "ok": True,
-            "prompt_token_ids": list(request.prompt_token_ids or ()),
+            "prompt_token_ids": list(processed.prompt_token_ids or ()),
             "prompt": engine_input.get("prompt"),
             "conversation": json.loads(json.dumps(conversation, default=str)),
-            "features": [bytes(f) for f in self.encoder.encode(request.mm_features)],
+            "features": [f.bytes if isinstance(f, zmq.Frame) else bytes(f) for f in frames],
         }
 
 
@@ -95,7 +98,7 @@ def _failure(exc: BaseException) -> dict[str, Any]:
         return _error(str(exc), exc.parameter)
     if isinstance(exc, (ValueError, TypeError, PydanticError)):
         return _error(str(exc), None)
-    return _error(f"{type(exc).__name__}: {exc}", None, 500)
+    return _error(str(exc), None, 500)
 
 
 class Server:

@@ -292,7 +292,8 @@ class Server:
             timeout=self.config.engine_ready_timeout, progress=self.notifier.status
         )
         if pool is not None:
-            await pool.configure(self.state.max_model_len)
+            ready = cast(ReadyResponse, self.state.ready)
+            await pool.configure(ready.max_model_len, ready.dtype)
         await self._start_lora()
         self.pooling = await engine_tasks(self.state)
         engine_ready_at, engine_ready_cpu = time.monotonic(), time.process_time()

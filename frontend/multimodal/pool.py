@@ -110,9 +110,12 @@ class ProcessorPool:
             )
             self.workers.append(Worker(proc))
 
-    async def configure(self, max_model_len: int) -> None:
-        """Build each worker's renderer for the attached engine's context length."""
+    async def configure(self, max_model_len: int, dtype: str) -> None:
+        """Build each worker's renderer for the attached engine's context length
+        and dtype (the processor casts pixel values to the model's dtype)."""
         engine_args = {**self.settings.engine_args, "max_model_len": max_model_len}
+        if dtype:
+            engine_args["dtype"] = dtype.removeprefix("torch.")
         for worker in self.workers:
             worker.send({"engine_args": engine_args, "renderer": self.settings.renderer})
         answers = [asyncio.wait_for(w.receive(), READY_TIMEOUT_S) for w in self.workers]

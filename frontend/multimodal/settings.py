@@ -16,7 +16,6 @@ from frontend.multimodal.pool import Settings, default_workers
 
 # The recorded engine flags that shape rendering and multimodal processing.
 ENGINE_FLAGS = (
-    "dtype",
     "hf_overrides",
     "limit_mm_per_prompt",
     "media_io_kwargs",
