@@ -223,11 +223,15 @@ print(json.dumps({"prompt": prompt, "generated": out[0][len(prompt):].tolist()})
 # ------------------------------------------------------------------ hang-up
 
 class SlowImage(BaseHTTPRequestHandler):
-    """Serves a PNG after ``delay`` seconds."""
+    """Serves a PNG after ``delay`` seconds: ``started`` is set when asked,
+    ``done`` once it tried."""
 
-    delay = 3.0
+    delay = 8.0
+    started = threading.Event()
+    done = threading.Event()
 
     def do_GET(self) -> None:
+        self.started.set()
         time.sleep(self.delay)
         try:
             self.send_response(200)
@@ -235,15 +239,17 @@ class SlowImage(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(RED)))
             self.end_headers()
             self.wfile.write(RED)
-        except OSError:
+        except OSError:  # (the worker's fetch is gone)
             pass
+        finally:
+            self.done.set()
 
     def log_message(self, *args: Any) -> None:
         pass
 
 
 def test_hang_up_while_the_image_is_fetched(servers) -> None:
-    """The client leaves while the worker still fetches its image: the fetch is
+    """The client leaves while the worker fetches its image: the fetch is
     cancelled (the worker is free long before the image would have come),
     nothing reaches the engine, and the next request is served."""
     slow = ThreadingHTTPServer(("127.0.0.1", 0), SlowImage)
@@ -255,14 +261,14 @@ def test_hang_up_while_the_image_is_fetched(servers) -> None:
                            "max_tokens": 4, "stream": True}).encode()
         conn = http.client.HTTPConnection("127.0.0.1", servers.ours.port, timeout=30)
         conn.request("POST", CHAT, body=body, headers={"Content-Type": "application/json"})
-        wait_for(lambda: servers.ours.debug_state()["mm_processing"] == 1, 10, interval=0.02,
-                 message="the request never reached the processor worker")
+        assert SlowImage.started.wait(60), "the worker never fetched the image"
+        assert servers.ours.debug_state()["mm_processing"] == 1
         left_at = time.monotonic()
         conn.close()  # the client hangs up
         wait_for(lambda: servers.ours.debug_state()["mm_processing"] == 0, 10, interval=0.02,
                  message="the worker is still busy with a request whose client left")
-        assert time.monotonic() - left_at < SlowImage.delay / 2
-        time.sleep(SlowImage.delay)  # long enough for the image to have come
+        assert time.monotonic() - left_at < SlowImage.delay / 2  # not freed by the image
+        assert SlowImage.done.wait(SlowImage.delay * 2)  # the image would have come by now
         state = servers.ours.wait_idle()
         assert state["table"] == 0
         assert engine_requests(servers.ours.url) == before  # no ADD, hence no abort
