@@ -15,6 +15,7 @@ the engine, the worker is free at once), and a text-only model starts no worker.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -281,3 +282,36 @@ def test_hang_up_while_the_image_is_fetched(servers) -> None:
 def test_only_multimodal_models_start_workers(tiny_model_dir, mm_model_dir) -> None:
     assert is_multimodal(str(mm_model_dir))
     assert not is_multimodal(str(tiny_model_dir))  # the text model's RSS and start-up stay
+
+
+def test_a_dead_worker_is_not_asked_again(mm_model_dir) -> None:
+    """The pool on its own (no engine): a worker renders a request with vLLM's
+    code, answers a bad one with vLLM's 400, and once its process is gone the
+    pool answers 503 instead of waiting on it."""
+    from frontend.errors import ApiError
+    from frontend.multimodal.chat import render
+    from frontend.multimodal.pool import ProcessorPool, Settings
+    from frontend.openai.chat_request import ChatCompletionRequest
+
+    async def run() -> None:
+        engine_args = {"model": str(mm_model_dir), "limit_mm_per_prompt": {"image": 2}}
+        renderer = {"chat_template": None, "chat_template_content_format": "auto"}
+        pool = ProcessorPool(Settings(engine_args, renderer, workers=1))
+        await pool.spawn()
+        try:
+            await pool.configure(1024, "float32")
+            prompt = await render(pool, ChatCompletionRequest(messages=ONE), None)
+            assert prompt.token_ids.count(IMAGE_TOKEN_ID) == 4 and len(prompt.features) == 3
+            with pytest.raises(ApiError) as refused:
+                await render(pool, ChatCompletionRequest(messages=[user(*[image(RED)] * 3)]),
+                             None)
+            assert refused.value.status == 400 and refused.value.param == "image"
+            pool.workers[0].proc.kill()
+            await pool.workers[0].reader
+            with pytest.raises(ApiError) as gone:
+                await render(pool, ChatCompletionRequest(messages=ONE), None)
+            assert gone.value.status == 503
+        finally:
+            await pool.close()
+
+    asyncio.run(run())

@@ -26,6 +26,7 @@ log = logging.getLogger("frontend.multimodal")
 WORKER_MODULE = "engine_core.mm_processor"
 READY_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 5.0
+NO_WORKER = "no multimodal processor worker is running (see the frontend's log)"
 
 
 def default_workers() -> int:
@@ -61,6 +62,7 @@ class Worker:
         self.proc = proc
         self.pending: dict[int, asyncio.Future] = {}
         self.reader: asyncio.Task | None = None
+        self.alive = True
 
     def send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
@@ -84,6 +86,7 @@ class Worker:
                 if future is not None and not future.done():
                     future.set_result(answer)
         except WorkerGone as e:
+            self.alive = False
             for future in self.pending.values():
                 if not future.done():
                     future.set_exception(e)
@@ -134,7 +137,10 @@ class ProcessorPool:
 
     async def process_chat(self, body: bytes) -> Processed:
         """A chat request's body -> its prompt and features, or vLLM's ApiError."""
-        worker = min(self.workers, key=lambda w: len(w.pending))
+        alive = [w for w in self.workers if w.alive]
+        if not alive:
+            raise ApiError(NO_WORKER, 503, "ServiceUnavailableError")
+        worker = min(alive, key=lambda w: len(w.pending))
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         worker.pending[request_id] = future
