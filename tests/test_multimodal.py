@@ -130,6 +130,13 @@ SHAPES = [
     shape("error-missing-file", [user(local("absent.png"))]),
     shape("error-stream-broken-image", [user(image("data:image/png;base64,AAAA"))],
           stream=True),
+    Shape("anthropic-image-block", {
+        "model": "tiny", "max_tokens": 8, "temperature": 0, "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": data_url(RED).split(",", 1)[1]}}]}]},
+          "/v1/messages"),
     tok("one-image", ONE),
     tok("two-images", TWO),
     tok("no-generation-prompt", TWO, add_generation_prompt=False),
