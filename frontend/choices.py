@@ -208,6 +208,9 @@ class Group:
         self.first_prefill: tuple[int, int | None] | None = None
         # The conversation the client names (body, X-Session-ID or vllm_xargs).
         self.session_id: str | None = None
+        # A multimodal prompt's mm_features as vLLM's encoder framed them (the
+        # msgpack list, then its tensors), sent with every choice's ADD.
+        self.mm_features: list[bytes] | None = None
         # Non-streaming: each prompt's (kv_transfer_params, ec_transfer_params)
         # from its choice that finished last (vLLM's RequestOutput.add).
         self.transfer_params: dict[int, tuple[Any, Any]] = {}

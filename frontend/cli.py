@@ -16,6 +16,7 @@ from frontend.engine_addresses import beyond_loopback, derive_addresses
 from frontend.hub import HubOptions
 from frontend.lora import parse_lora_modules
 from frontend.model import ModelInfo, ModelSource, load_model_info
+from frontend.multimodal import settings as multimodal_settings
 from frontend.ops import argv as vllm_argv
 from frontend.ops import flags, logs, serving_flags, vllm_flags
 from frontend.ops.tracing import RequestTracer
@@ -236,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
             "(vLLM's decorator); imported before the parser names are checked",
         )
     so.add_arguments(p)
+    multimodal_settings.add_arguments(p)
     flags.add_arguments(p)
     serving_flags.add_arguments(p)
     serving_flags.add_logging_arguments(p)
@@ -531,6 +533,7 @@ def prepare(args: argparse.Namespace, *, first: bool = True):
         require_lora=args.enable_lora or bool(lora_modules),
         parsers=parsers,
         vllm_flags=recorded,
+        multimodal=multimodal_settings.from_args(args, recorded.engine, model),
     )
     return model, addresses, config
 

@@ -177,12 +177,14 @@ class Table:
         """
         limits = self._limits()
         arrival = time.time()
+        mm_features, mm_frames = wire.split_features(group.mm_features)
         frames = [
             wire.encode_add(
                 wire.EngineCoreRequest(
                     c.engine_id,
                     c.prompt_token_ids,
-                    None,  # sampling or pooling params (a pooling choice has no detokenizer):
+                    mm_features,
+                    # sampling or pooling params (a pooling choice has no detokenizer):
                     *cast(
                         "tuple[SamplingParams | None, PoolingParams | None]",
                         (c.params, None) if c.detok is not None else (None, c.params),
@@ -201,6 +203,7 @@ class Table:
                 ),
                 limits,
             )
+            + mm_frames
             for c in group.choices
         ]
         candidates = self.engine.routable_ranks()

@@ -29,6 +29,7 @@ from frontend.errors import LOG_ERROR_STACK, error_middleware
 from frontend.fanout import Table
 from frontend.lora import LoRAModulePath
 from frontend.model import ModelInfo
+from frontend.multimodal.pool import ProcessorPool, Settings
 from frontend.openai import docs, openapi
 from frontend.openai.routes import Route, openai_routes, operational_routes
 from frontend.ops import access_log, admission, listeners, load, security, systemd
@@ -81,6 +82,8 @@ class ServerConfig:
     # The vllm serve flags given that the frontend does not act on (engine
     # flags: their values, e.g. for vllm:cache_config_info).
     vllm_flags: RecordedFlags = field(default_factory=RecordedFlags)
+    # The processor workers of a multimodal model (None: a text-only model).
+    multimodal: Settings | None = None
 
 
 class Server:
@@ -281,9 +284,16 @@ class Server:
         if self.handshake is not None:
             self.notifier.status(f"waiting for an engine at {self.handshake.address}")
             self.handshake.start(zmq.Context.instance())
+        pool = ProcessorPool(self.config.multimodal) if self.config.multimodal else None
+        if pool is not None:
+            self.state.mm_pool = pool
+            await pool.spawn()  # they import vLLM while the engine starts
         await self.engine.start(
             timeout=self.config.engine_ready_timeout, progress=self.notifier.status
         )
+        if pool is not None:
+            ready = cast(ReadyResponse, self.state.ready)
+            await pool.configure(ready.max_model_len, ready.dtype)
         await self._start_lora()
         self.pooling = await engine_tasks(self.state)
         engine_ready_at, engine_ready_cpu = time.monotonic(), time.process_time()
@@ -385,6 +395,8 @@ class Server:
         if self.runner is not None:
             await self.runner.cleanup()
         await self.close_engine_link()
+        if self.state.mm_pool is not None:
+            await self.state.mm_pool.close()
         log.info("stopped")
 
     async def close_engine_link(self) -> None:

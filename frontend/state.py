@@ -19,6 +19,7 @@ from frontend.errors import not_found_model
 from frontend.fanout import Table
 from frontend.lora import LoraRegistry
 from frontend.model import ModelInfo
+from frontend.multimodal.pool import ProcessorPool
 from frontend.parsers import ChatParsers
 from frontend.render import Renderer
 from frontend.request_log import RequestLogger
@@ -138,6 +139,8 @@ class AppState:
             else None
         )
         self.ready: ReadyResponse | None = None  # the attached engine's facts
+        # The multimodal processor workers (a vision/audio model only).
+        self.mm_pool: ProcessorPool | None = None
         self.system_fingerprint: str | None = None
         self.draining = False
         # The operational routes' flags (set by the server), and what /load

@@ -13,10 +13,12 @@ import fcntl
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
-from harness import tiny_lora, tiny_model
+from harness import tiny_lora, tiny_model, tiny_vlm
 from harness.procs import REPO_ROOT
 
 BUILD_DIR = REPO_ROOT / "build"
@@ -48,6 +50,19 @@ def tiny_lora_dirs(model_dir: Path, log: Callable[[str], None] | None = None
 
     _cached(target, "b/adapter_model.safetensors", build, log)
     return target / "a", target / "b"
+
+
+def tiny_vlm_dir(log: Callable[[str], None] | None = None) -> Path:
+    """The deterministic tiny Idefics3 VLM (``harness.tiny_vlm``), built in a
+    subprocess (it needs torch and transformers; the caller stays without)."""
+    key = cache_key(_source(tiny_vlm), _source(tiny_model))
+    target = BUILD_DIR / f"tiny-vlm-{key}"
+
+    def build(out: Path) -> None:
+        subprocess.run([sys.executable, "-m", "tools.make_tiny_vlm", str(out)], cwd=REPO_ROOT,
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    return _cached(target, "tokenizer_config.json", build, log)
 
 
 def _cached(target: Path, last_file: str, build: Callable[[Path], None],

@@ -337,6 +337,16 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
     return [RequestType.ADD.value, payload]
 
 
+def split_features(frames: Sequence[bytes] | None) -> tuple[msgspec.Raw | None, list[bytes]]:
+    """A multimodal prompt's ``mm_features`` as vLLM's ``MsgpackEncoder`` framed
+    them (engine_core/mm_processor.py) -> the msgpack list, embedded as is in
+    an ADD payload, and the tensor frames that go after the payload (the list
+    names them by index: 1, 2, ..., their places in the ADD's data frames)."""
+    if not frames:
+        return None, []
+    return msgspec.Raw(frames[0]), list(frames[1:])
+
+
 def encode_abort(request_ids: Sequence[str]) -> list[bytes]:
     return [RequestType.ABORT.value, _encoder.encode(list(request_ids))]
 

@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.support.vllm_frontend",
     "tests.support.ops",
     "tests.support.pooling",
+    "tests.support.multimodal",
 ]
 
 

@@ -31,6 +31,7 @@ LAYERS = [
      "frontend.engine_handshake", "frontend.engine_ranks", "frontend.engine_addresses",
      "frontend.engine_client",
      "frontend.routing", "frontend.choices", "frontend.fanout", "frontend.render",
+     "frontend.multimodal",
      "frontend.parsers", "frontend.structured",
      "frontend.lora", "frontend.request_log"),
     ("frontend.state",),

@@ -1560,3 +1560,41 @@ def test_vllm_scheduler_stats_decode_with_the_metrics_decoder():
     # An engine with --disable-log-stats sends none.
     step = wire.decode_step(vllm_encode(VOutputs(timestamp=1.0)))
     assert not wire.has_scheduler_stats(step)
+
+
+# ----------------------------------------------------------------- multimodal
+
+def test_add_with_mm_features_decodes_in_vllm():
+    """A multimodal prompt's features, framed by vLLM's encoder in a processor
+    worker, ride in our ADD untouched: vLLM's decoder gets them back, tensors
+    inline (small) and out of band (large) alike, for every choice's ADD."""
+    from vllm.multimodal.inputs import (
+        MultiModalBatchedField,
+        MultiModalFeatureSpec,
+        MultiModalFieldElem,
+        MultiModalKwargsItem,
+        PlaceholderRange,
+    )
+
+    pixels = torch.arange(3 * 32 * 32, dtype=torch.float32).reshape(1, 3, 32, 32)
+    small = torch.tensor([4], dtype=torch.int64)
+    item = MultiModalKwargsItem({
+        "pixel_values": MultiModalFieldElem(data=pixels, field=MultiModalBatchedField()),
+        "num_patches": MultiModalFieldElem(data=small, field=MultiModalBatchedField()),
+    })
+    features = [MultiModalFeatureSpec(data=item, modality="image", identifier="h1",
+                                      mm_position=PlaceholderRange(offset=3, length=4),
+                                      mm_hash="h1")]
+    frames = [bytes(f) for f in MsgpackEncoder().encode(features)]
+    assert len(frames) == 2  # the list, then the pixels out of band
+    raw, aux = wire.split_features(frames)
+    for request_id in ("a-0", "a-1"):
+        req = wire.EngineCoreRequest(request_id, [1, 2, 3, 7, 7, 7, 7, 4], raw,
+                                     SamplingParams(max_tokens=4), None, 0.0, None, None, None)
+        decoded = vllm_decode_add(wire.encode_add(req, LIMITS) + aux)
+        (spec,) = decoded.mm_features
+        assert spec.modality == "image" and spec.identifier == "h1"
+        assert (spec.mm_position.offset, spec.mm_position.length) == (3, 4)
+        assert torch.equal(spec.data["pixel_values"].data, pixels)
+        assert torch.equal(spec.data["num_patches"].data, small)
+    assert wire.split_features(None) == (None, [])

@@ -120,6 +120,7 @@ class MessagesApi:
         )
         group.lora = state.lora.get(prepared.served)
         group.session_id = chat_req.resolve_session_id(request.headers)
+        group.mm_features = prepared.mm_features
         state.table.add_choice(
             group,
             index=0,

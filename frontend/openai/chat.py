@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from frontend.choices import Group
+from frontend.errors import ApiError
+from frontend.multimodal import chat as multimodal_chat
+from frontend.multimodal.detect import has_media
 from frontend.openai import beam_search, tooling
 from frontend.openai import validators as rules
 from frontend.openai.chat_request import ChatCompletionRequest, check_supported, validate_request
@@ -58,6 +61,8 @@ class PreparedChat:
     requested: int | None  # max_completion_tokens or max_tokens, as asked
     arrival: float
     params: SamplingParams | None
+    # A prompt with media: its mm_features frames (frontend/multimodal/chat.py).
+    mm_features: list[bytes] | None = None
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -106,17 +111,25 @@ async def prepare(
     hide_tools = config.exclude_tools_when_tool_choice_none and req.tool_choice == "none"
     if req.tools is not None and not hide_tools:  # as vLLM dumps them; the client's kwargs win
         kwargs = {"tools": req.tools, **kwargs}
-    rendered = await renderer.render_chat(
-        renderer.parse_messages(req.messages, template),
-        add_generation_prompt=add_generation_prompt,
-        continue_final_message=req.continue_final_message,
-        kwargs=kwargs,
-        add_special_tokens=req.add_special_tokens,
-        truncate=req.truncate_prompt_tokens,
-        truncation_side=req.truncation_side,
-        max_output_tokens=requested or 0,
-        template=template,
-    )
+    mm_features = None
+    if state.mm_pool is not None and has_media(req.messages):
+        if req.use_beam_search:
+            raise ApiError("beam search with multimodal inputs is not supported by this frontend")
+        prompt = await multimodal_chat.render(state.mm_pool, req, kwargs.get("tools"))
+        rendered = RenderedChat(prompt.conversation, prompt.text, prompt.token_ids)
+        mm_features = prompt.features
+    else:
+        rendered = await renderer.render_chat(
+            renderer.parse_messages(req.messages, template),
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=req.continue_final_message,
+            kwargs=kwargs,
+            add_special_tokens=req.add_special_tokens,
+            truncate=req.truncate_prompt_tokens,
+            truncation_side=req.truncation_side,
+            max_output_tokens=requested or 0,
+            template=template,
+        )
     prompt_ids = rendered.token_ids
     plan = tooling.plan(
         state.parsers,
@@ -138,7 +151,7 @@ async def prepare(
         ),
     )
     prepared = PreparedChat(
-        served, rendered, plan, add_generation_prompt, requested, arrival, params=None
+        served, rendered, plan, add_generation_prompt, requested, arrival, None, mm_features
     )
     if req.use_beam_search:
         return prepared
@@ -193,6 +206,7 @@ async def create_chat_completion(state: AppState, request: web.Request) -> web.S
     )
     group.lora = state.lora.get(served)
     group.session_id = req.resolve_session_id(request.headers)
+    group.mm_features = prepared.mm_features
     for j in range(params.n):
         state.table.add_choice(
             group,

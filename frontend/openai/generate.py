@@ -121,7 +121,7 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
 
 def check_refused_fields(req: GenerateRequest) -> None:
     """Fields vLLM's server accepts only with engine features it gates, refused
-    with its messages; multimodal inputs, which need a multimodal model."""
+    with its messages; multimodal inputs (not implemented on this route)."""
     sp = req.sampling_params
     if sp.trace_decode_token_ids:
         raise invalid(
@@ -144,7 +144,8 @@ def check_refused_fields(req: GenerateRequest) -> None:
     for name in ("features", "content_parts"):
         if getattr(req, name) is not None:
             raise invalid(
-                f"{name}: multimodal inputs need a multimodal model; this one is text-only",
+                f"{name}: multimodal inputs are not accepted on this route by this frontend "
+                "(send media to /v1/chat/completions, served for multimodal models)",
                 name,
             )
 

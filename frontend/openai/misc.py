@@ -15,6 +15,8 @@ import msgspec
 from aiohttp import web
 
 from frontend.errors import ApiError, schema_error
+from frontend.multimodal import chat as multimodal_chat
+from frontend.multimodal.detect import has_media
 from frontend.openai import validators as rules
 from frontend.openai.common import decode_body
 from frontend.openai.tooling import normalize_tools
@@ -136,6 +138,9 @@ async def tokenize_chat(state: AppState, req: TokenizeRequest) -> list[int]:
     kwargs = template_kwargs(req.chat_template_kwargs, defaults=config.default_chat_template_kwargs)
     if tools is not None:  # rendered into the prompt as on /v1/chat/completions
         kwargs = {"tools": tools, **kwargs}
+    if state.mm_pool is not None and has_media(req.messages):
+        prompt = await multimodal_chat.render(state.mm_pool, req, tools)
+        return prompt.token_ids
     renderer = state.renderer
     own = request_template(req.chat_template, req.chat_template_kwargs, config.server_chat_template)
     template = renderer.template_for(own) if trusted else None
@@ -187,6 +192,7 @@ async def debug_state(state: AppState, request: web.Request) -> web.Response:
         "workers": state.table.num_clients,
         "pid": os.getpid(),
         "table": len(state.table),
+        "mm_processing": state.mm_pool.in_flight() if state.mm_pool is not None else 0,
         "engine_alive": engine.alive,
         "engine_has_work": has_work,
         "python_blocks": sys.getallocatedblocks(),

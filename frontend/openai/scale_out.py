@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from frontend.errors import invalid
+from frontend.errors import ApiError, invalid
 from frontend.openai import aborts, chat, completions
 from frontend.openai.common import decode_body, request_id_for
 from frontend.openai.fastapi_params import http_error, raw_json
@@ -25,6 +25,10 @@ from frontend.state import AppState
 from protocol.sampling import SamplingParams
 
 BEAM_SEARCH = "Beam search is not supported by the render endpoint"
+MM_RENDER = (
+    "the render endpoint does not return multimodal features here yet: send requests with "
+    "media to /v1/chat/completions"
+)
 
 
 class AbortRequests(msgspec.Struct):
@@ -41,6 +45,8 @@ async def render_chat(state: AppState, request: web.Request) -> web.Response:
         raise invalid(BEAM_SEARCH)
     prepared = await chat.prepare(state, req, engine_checks=False)
     assert prepared.params is not None  # (not beam search)
+    if prepared.mm_features is not None:  # (vLLM answers its features: not implemented here)
+        raise ApiError(MM_RENDER, 501, "NotImplementedError")
     ids = prepared.prompt_ids
     if not ids:
         raise invalid("No token_ids rendered")

@@ -131,6 +131,7 @@ class ResponsesApi:
         )
         group.lora = state.lora.get(prepared.served)
         group.session_id = chat_req.resolve_session_id(request.headers)
+        group.mm_features = prepared.mm_features
         state.table.add_choice(
             group, index=0, prompt_index=0, prompt_token_ids=prepared.prompt_ids, params=params
         )
