@@ -22,6 +22,7 @@ from tokenizers import Tokenizer
 from frontend import hub
 from frontend import tokenizers as tokenizer_modes
 from frontend.bytelevel import ByteLevelTexts, is_byte_level
+from frontend.tokenizers.ascii_bytelevel import AsciiByteLevelEncoder
 
 log = logging.getLogger("frontend.model")
 
@@ -113,6 +114,8 @@ class ModelInfo:
     tokenizer_mode: str = "hf"
     # Set for tokenizers that render chat prompts themselves (--tokenizer-mode mistral).
     render_chat: Any = None
+    # Set for GPT-2-style byte-level BPE: encodes ASCII text without the tokenizer.
+    ascii_encoder: AsciiByteLevelEncoder | None = None
 
     @property
     def name(self) -> str:
@@ -120,6 +123,10 @@ class ModelInfo:
 
     # -- tokenizer helpers with Hugging Face semantics ----------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if self.ascii_encoder is not None:
+            ids = self.ascii_encoder.encode(text, add_special_tokens)
+            if ids is not None:
+                return ids
         # The same ids as encode(); the batch "fast" form skips computing
         # character offsets, a fifth of tokenization's cost.
         return self.tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)[
@@ -127,6 +134,8 @@ class ModelInfo:
         ].ids
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        if self.ascii_encoder is not None:
+            return [self.encode(t, add_special_tokens) for t in texts]
         encs = self.tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
         return [e.ids for e in encs]
 
@@ -235,6 +244,7 @@ def load_model_info(
     )
     if is_byte_level(tokenizer):
         info.byte_level = ByteLevelTexts(tokenizer, special)
+    info.ascii_encoder = AsciiByteLevelEncoder.for_tokenizer(tokenizer)
     info.space_marker = _space_marker(tokenizer)
     if info.default_sampling and source.generation_config != "vllm":
         log.warning(
