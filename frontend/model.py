@@ -99,6 +99,7 @@ class ModelInfo:
     added_token_ids: dict[int, str] = field(default_factory=dict)
     special_token_ids: frozenset[int] = frozenset()
     max_chars_per_token: int = 1
+    max_token_id: int | None = None  # the highest id the tokenizer can produce
     tokenizer_config: dict[str, Any] = field(default_factory=dict)
     # Set for byte-level BPE tokenizers: the fast incremental decoder's tables.
     byte_level: ByteLevelTexts | None = None
@@ -239,9 +240,9 @@ def load_model_info(
         tokenizer_mode=mode,
         render_chat=loaded.render_chat,
     )
-    info.max_chars_per_token = max(
-        (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1
-    )
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    info.max_chars_per_token = max(map(len, vocab), default=1)
+    info.max_token_id = max(vocab.values(), default=None)
     if is_byte_level(tokenizer):
         info.byte_level = ByteLevelTexts(tokenizer, special)
     info.ascii_encoder = AsciiByteLevelEncoder.for_tokenizer(tokenizer)
