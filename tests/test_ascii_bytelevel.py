@@ -115,3 +115,13 @@ def test_post_processor_affixes(model):
     encoder = AsciiByteLevelEncoder.for_tokenizer(bare)
     assert encoder is not None
     assert_same(encoder, bare, ["", "a b", "It's a test.  "])
+
+
+def test_a_full_cache_is_cleared_and_ids_stay_exact(model, monkeypatch):
+    import frontend.tokenizers.ascii_bytelevel as module
+
+    monkeypatch.setattr(module, "_CACHE_LIMIT", 4)
+    encoder = AsciiByteLevelEncoder.for_tokenizer(model.tokenizer)
+    texts = ["one two three four five six", "seven eight nine ten", "one two"]
+    assert_same(encoder, model.tokenizer, texts)
+    assert len(encoder._cache) <= 4
