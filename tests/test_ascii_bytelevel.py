@@ -66,10 +66,66 @@ def test_random_ascii_texts(model):
     assert first == again and first is not again
 
 
-@pytest.mark.parametrize("text", ["café", "naïve text", "<s> hi", "a</think>b", "x<|im_end|>"])
-def test_non_ascii_or_added_tokens_go_to_the_tokenizer(model, text):
+@pytest.mark.parametrize("text", ["café", "naïve text", "x\u00a0y"])
+def test_non_ascii_goes_to_the_tokenizer(model, text):
     assert model.ascii_encoder.encode(text, True) is None
     assert model.encode(text) == reference(model.tokenizer, text, True)
+
+
+def test_added_tokens_are_split_out_as_the_tokenizer_does(model):
+    """Special tokens of chat prompts, adjacent, overlapping, and near misses."""
+    fixed = [
+        "<s> hi",
+        "a</think>b",
+        "x<|im_end|>",
+        "<|im_start|>user\nHi<|im_end|>\n",
+        "<s></s><s>",
+        "<<s>>",
+        "<|im_start|",
+        "</think> </think>",
+        "[TOOL_CALLS][ARGS]{}",
+    ]
+    rng = random.Random(1)
+    parts = [
+        "<s>",
+        "</s>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "[ARGS]",
+        "<",
+        ">",
+        "|",
+        "/",
+        "[",
+        "]",
+        " ",
+        "\n",
+        "a",
+        "im",
+        "start",
+        "'s",
+        "1",
+    ]
+    texts = fixed + [
+        "".join(rng.choice(parts) for _ in range(rng.randrange(1, 30))) for _ in range(2000)
+    ]
+    for text in texts:
+        assert model.ascii_encoder.encode(text, True) is not None
+    assert_same(model.ascii_encoder, model.tokenizer, texts)
+
+
+def test_added_tokens_with_options_go_to_the_tokenizer(model):
+    spec = json.loads(model.tokenizer.to_str())
+    for token in spec["added_tokens"]:
+        if token["content"] == "<|im_end|>":
+            token["lstrip"] = True
+    tokenizer = Tokenizer.from_str(json.dumps(spec))
+    encoder = AsciiByteLevelEncoder.for_tokenizer(tokenizer)
+    assert encoder.encode("x <|im_end|>", True) is None
+    assert encoder.encode("x y", True) == reference(tokenizer, "x y", True)
 
 
 def variant(tokenizer: Tokenizer, **changes) -> Tokenizer:
@@ -125,3 +181,12 @@ def test_a_full_cache_is_cleared_and_ids_stay_exact(model, monkeypatch):
     texts = ["one two three four five six", "seven eight nine ten", "one two"]
     assert_same(encoder, model.tokenizer, texts)
     assert len(encoder._cache) <= 4
+
+
+def test_the_longest_added_token_wins_where_two_start(model):
+    tokenizer = Tokenizer.from_str(model.tokenizer.to_str())
+    tokenizer.add_special_tokens(["<x>", "<x>y", "y>"])
+    encoder = AsciiByteLevelEncoder.for_tokenizer(tokenizer)
+    texts = ["<x>y z", "a<x>y>", "<x><x>yy>", "<x>y>"]
+    assert_same(encoder, tokenizer, texts)
+    assert all(encoder.encode(t, False) is not None for t in texts)

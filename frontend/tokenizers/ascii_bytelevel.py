@@ -5,12 +5,14 @@ regex, in Oniguruma) and into building the ``Encoding`` object. For a
 tokenizer whose whole pipeline is no normalizer, a ``ByteLevel``
 pre-tokenizer (GPT-2 regex, no prefix space), a BPE model without dropout,
 no truncation or padding, and a post-processor that only adds fixed special
-tokens, the ids of a text without added tokens in it are the special prefix,
+tokens, the ids of a text are the special prefix,
 the model's ids of each regex piece (byte-level mapped), and the special
-suffix. On ASCII text the regex needs no Unicode classes, so Python's ``re``
-splits exactly as Oniguruma does; each piece's ids come from the tokenizer's
-own model and are kept in a bounded cache. Any other text (not ASCII, or
-holding an added token's content) goes to the tokenizer.
+suffix; added tokens in the text (special tokens of a chat prompt) are split
+out first, as the tokenizer does, where they are matched as written. On ASCII
+text the regex needs no Unicode classes, so Python's ``re`` splits exactly as
+Oniguruma does; each piece's ids come from the tokenizer's own model and are
+kept in a bounded cache. Any other text (not ASCII, or holding an added token
+with stripping or word-boundary options) goes to the tokenizer.
 """
 
 from __future__ import annotations
@@ -36,8 +38,19 @@ class AsciiByteLevelEncoder:
         self._model = tokenizer.model
         self._prefix = prefix
         self._suffix = suffix
-        contents = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.content]
+        added = [(i, t) for i, t in tokenizer.get_added_tokens_decoder().items() if t.content]
+        self._added_ids = {t.content: i for i, t in added}
+        # Longest first: at one position the regex then takes the longest
+        # match, the tokenizer's leftmost-longest split around added tokens.
+        contents = sorted(self._added_ids, key=len, reverse=True)
         self._added = re.compile("|".join(map(re.escape, contents))) if contents else None
+        # That split alone holds for tokens matched as written (no stripping,
+        # word boundaries or normalized form), each content once.
+        self._splits_added = (
+            not tokenizer.encode_special_tokens
+            and len(self._added_ids) == len(added)
+            and not any(t.lstrip or t.rstrip or t.single_word or t.normalized for _, t in added)
+        )
         self._cache: dict[str, list[int]] = {}
 
     @classmethod
@@ -68,9 +81,26 @@ class AsciiByteLevelEncoder:
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int] | None:
         """The tokenizer's ids for ``text``, or None where this does not apply."""
-        if not text.isascii() or (self._added is not None and self._added.search(text)):
+        if not text.isascii():
             return None
         ids = self._prefix[:] if add_special_tokens else []
+        added = self._added
+        if added is None or added.search(text) is None:
+            self._extend(ids, text)
+        elif not self._splits_added:
+            return None
+        else:  # the text between added tokens is pre-tokenized on its own
+            start = 0
+            for match in added.finditer(text):
+                self._extend(ids, text[start : match.start()])
+                ids.append(self._added_ids[match.group()])
+                start = match.end()
+            self._extend(ids, text[start:])
+        if add_special_tokens:
+            ids += self._suffix
+        return ids
+
+    def _extend(self, ids: list[int], text: str) -> None:
         cache = self._cache
         for piece in PIECES.findall(text):
             piece_ids = cache.get(piece)
@@ -80,9 +110,6 @@ class AsciiByteLevelEncoder:
                 mapped = piece.translate(TO_BYTE_CHARS)
                 piece_ids = cache[piece] = [t.id for t in self._model.tokenize(mapped)]
             ids += piece_ids
-        if add_special_tokens:
-            ids += self._suffix
-        return ids
 
 
 def _affixes(tokenizer: Tokenizer, probe: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
