@@ -22,6 +22,7 @@ from tokenizers import Tokenizer
 from frontend import hub
 from frontend import tokenizers as tokenizer_modes
 from frontend.bytelevel import ByteLevelTexts, is_byte_level
+from frontend.tokenizers.ascii_bytelevel import AsciiByteLevelEncoder
 
 log = logging.getLogger("frontend.model")
 
@@ -98,6 +99,7 @@ class ModelInfo:
     added_token_ids: dict[int, str] = field(default_factory=dict)
     special_token_ids: frozenset[int] = frozenset()
     max_chars_per_token: int = 1
+    max_token_id: int | None = None  # the highest id the tokenizer can produce
     tokenizer_config: dict[str, Any] = field(default_factory=dict)
     # Set for byte-level BPE tokenizers: the fast incremental decoder's tables.
     byte_level: ByteLevelTexts | None = None
@@ -113,6 +115,8 @@ class ModelInfo:
     tokenizer_mode: str = "hf"
     # Set for tokenizers that render chat prompts themselves (--tokenizer-mode mistral).
     render_chat: Any = None
+    # Set for GPT-2-style byte-level BPE: encodes ASCII text without the tokenizer.
+    ascii_encoder: AsciiByteLevelEncoder | None = None
 
     @property
     def name(self) -> str:
@@ -120,6 +124,10 @@ class ModelInfo:
 
     # -- tokenizer helpers with Hugging Face semantics ----------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if self.ascii_encoder is not None:
+            ids = self.ascii_encoder.encode(text, add_special_tokens)
+            if ids is not None:
+                return ids
         # The same ids as encode(); the batch "fast" form skips computing
         # character offsets, a fifth of tokenization's cost.
         return self.tokenizer.encode_batch_fast([text], add_special_tokens=add_special_tokens)[
@@ -127,6 +135,8 @@ class ModelInfo:
         ].ids
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = True) -> list[list[int]]:
+        if self.ascii_encoder is not None:
+            return [self.encode(t, add_special_tokens) for t in texts]
         encs = self.tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
         return [e.ids for e in encs]
 
@@ -230,11 +240,12 @@ def load_model_info(
         tokenizer_mode=mode,
         render_chat=loaded.render_chat,
     )
-    info.max_chars_per_token = max(
-        (len(t) for t in tokenizer.get_vocab(with_added_tokens=True)), default=1
-    )
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    info.max_chars_per_token = max(map(len, vocab), default=1)
+    info.max_token_id = max(vocab.values(), default=None)
     if is_byte_level(tokenizer):
         info.byte_level = ByteLevelTexts(tokenizer, special)
+    info.ascii_encoder = AsciiByteLevelEncoder.for_tokenizer(tokenizer)
     info.space_marker = _space_marker(tokenizer)
     if info.default_sampling and source.generation_config != "vllm":
         log.warning(

@@ -50,6 +50,10 @@ class Renderer:
         self.truncation_side = "left"
         # --chat-template-content-format: "auto" is the format read from the template.
         self.content_format = content_format
+        # Every id the tokenizer makes is in the vocabulary: its prompts skip the scan.
+        self._tokenizer_in_vocab = (
+            model.max_token_id is not None and model.max_token_id < model.vocab_size
+        )
         self.template = chat_template.build(model)
         self._request_templates: dict[str, chat_template.ChatTemplate] = {}
         if self.template is None:
@@ -135,7 +139,7 @@ class Renderer:
             else:
                 text = self.model.decode(prompt) if detokenize else None
                 ids = _slice(prompt, keep, truncation_side or self.truncation_side)
-            self.check_tokens(ids)
+            self.check_tokens(ids, tokenized=isinstance(prompt, str))
             rendered.append((ids, text))
         return rendered
 
@@ -199,8 +203,8 @@ class Renderer:
             text, ids = await self._off_loop(_chars(conversation), work)
         except ValidationError as e:  # ChatTemplateError included
             raise from_validation(e) from None
-        if check_length:
-            self.check_tokens(ids)
+        if check_length:  # (ids a --tokenizer-mode mistral renderer made are scanned)
+            self.check_tokens(ids, tokenized=self.model.render_chat is None)
         return RenderedChat(conversation, text, ids)
 
     def _render_ids(
@@ -270,8 +274,9 @@ class Renderer:
         """``/tokenize``'s text form: no length limit."""
         return await self._off_loop(len(text), lambda: self.model.encode(text, add_special_tokens))
 
-    def check_tokens(self, ids: list[int]) -> None:
-        """Empty, over-long and out-of-vocabulary prompts never reach the engine."""
+    def check_tokens(self, ids: list[int], tokenized: bool = False) -> None:
+        """Empty, over-long and out-of-vocabulary prompts never reach the engine
+        (``tokenized``: ids this model's tokenizer made from a text)."""
         n = len(ids)
         if n == 0:
             raise ApiError("The decoder prompt cannot be empty")
@@ -289,7 +294,8 @@ class Renderer:
                     value=n,
                 )
             )
-        self.check_vocab(ids)
+        if not (tokenized and self._tokenizer_in_vocab):
+            self.check_vocab(ids)
 
     def check_vocab(self, ids: list[int]) -> None:
         """vLLM's ``validate_token_ids`` (no parameter: a plain BadRequestError)."""

@@ -10,6 +10,7 @@ current by the server.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -147,7 +148,8 @@ class AppState:
         # reports: the load-tracked requests in flight (frontend/ops/load.py).
         self.operational = OperationalConfig()
         self.server_load = 0
-        self._json = msgspec.json.Encoder()
+        # JSON bytes of a value: the encoder's own method (no Python frame per call).
+        self.json: Callable[[object], bytes] = msgspec.json.Encoder().encode
 
     def engine_attached(self, ready: ReadyResponse) -> None:
         self.ready = ready
@@ -182,6 +184,3 @@ class AppState:
         if name in self.model.served_names or name in self.lora.adapters:
             return name
         raise not_found_model(name, self.model.served_names)
-
-    def json(self, value: object) -> bytes:
-        return self._json.encode(value)

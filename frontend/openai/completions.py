@@ -384,10 +384,12 @@ class CompletionView:
         )[:-1]
         self.head = b"data: " + prefix + b',"choices":[{"index":'
         self.index_bytes = [str(i).encode() for i in range(n_choices)]
-        # Most chunks carry text only: those skip building a dict.
+        # Most chunks carry text only: those skip building a dict, and start
+        # with their choice's ready-made bytes.
         self.plain = (
             self.req.logprobs is None and not self.req.return_token_ids and not self.continuous
         )
+        self.text_heads = [self.head + index + b',"text":' for index in self.index_bytes]
 
     def _render(self, deltas: list[Delta]) -> bytes:
         return b"".join([self._chunk(d) for d in deltas])
@@ -420,13 +422,7 @@ class CompletionView:
         i = c.index
         if self.plain and d.finish_reason is None and self.started[i]:
             self.emitted[i] += len(d.token_ids)
-            return (
-                self.head
-                + self.index_bytes[i]
-                + b',"text":'
-                + self.state.json(d.text)
-                + PLAIN_CHUNK_TAIL
-            )
+            return self.text_heads[i] + self.state.json(d.text) + PLAIN_CHUNK_TAIL
         req, state = self.req, self.state
         positions: Sequence[Position | None] | None
         text, token_ids, positions = d.text, d.token_ids, d.logprobs
