@@ -35,11 +35,11 @@ TOOL_PARSERS: dict[str, tuple[str, str]] = {
     "granite": ("granite", "GraniteEngineToolParser"),
     "granite-20b-fc": ("granite_20b_fc", "Granite20bFCToolParser"),
     "granite4": ("granite4", "Granite4ToolParser"),
+    "hermes": ("hermes", "HermesToolParser"),
     "hf": ("hf", "ResponseTemplateToolParser"),
     "hunyuan_a13b": ("hunyuan_a13b", "HunyuanA13BToolParser"),
     "hy_v3": ("hy_v3", "HYV3ToolParser"),
     "hy_v4": ("hy_v4", "HYV4ToolParser"),
-    "hermes": ("hermes", "HermesToolParser"),
     "inkling": ("inkling", "InklingEngineToolParser"),
     "internlm": ("internlm", "Internlm2ToolParser"),
     "jamba": ("jamba", "JambaToolParser"),
@@ -125,10 +125,6 @@ HARMONY_ONLY = {"openai": "tool call parser", "openai_gptoss": "reasoning parser
 
 def tool_parser_names() -> list[str]:
     return sorted(TOOL_PARSERS.keys() | PLUGIN_TOOL_PARSERS.keys())
-
-
-def reasoning_parser_names() -> list[str]:
-    return sorted(REASONING_PARSERS.keys() | PLUGIN_REASONING_PARSERS.keys())
 
 
 def _load(

@@ -11,18 +11,17 @@ vLLM's parsers and ours see the same ids.  Nothing is downloaded.
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 from tests.support import tool_cases_classic1
 from tests.support import tool_cases_classic2
 from tests.support import tool_cases_classic3
-from tests.support import tool_cases_g3
 from tests.support import tool_cases_g1
 from tests.support import tool_cases_g2
-from tests.support import tool_cases_g6
+from tests.support import tool_cases_g3
 from tests.support import tool_cases_g4
+from tests.support import tool_cases_g6
+from tests.support.parser_diff import tokenizer_dir
 
 # (text, special) appended in this order after the tiny model's tokens.
 MARKERS: list[tuple[str, bool]] = [
@@ -79,35 +78,12 @@ MARKERS: list[tuple[str, bool]] = [
 # Settings merged into the copy's tokenizer_config.json (hf: its response_template).
 CONFIG: dict = {}
 
-FILES = ("tokenizer.json", "tokenizer_config.json", "config.json", "special_tokens_map.json")
 
 
 def marker_tokenizer_dir(tiny_model_dir: Path, out: Path) -> Path:
     """Write the tokenizer files of ``tiny_model_dir`` plus :data:`MARKERS` to ``out``."""
-    from tokenizers import AddedToken, Tokenizer
-
     out.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
-        if (tiny_model_dir / name).exists():
-            shutil.copy(tiny_model_dir / name, out / name)
-    tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
-    config = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
-    decoder = config.setdefault("added_tokens_decoder", {})
-    for text, special in MARKERS:
-        token = AddedToken(text, special=special, normalized=False)
-        if special:
-            tokenizer.add_special_tokens([token])
-        else:
-            tokenizer.add_tokens([token])
-        decoder[str(tokenizer.token_to_id(text))] = {
-            "content": text, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": special,
-        }
-    tokenizer.save(str(out / "tokenizer.json"))
-    config.update(CONFIG)
-    (out / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False),
-                                               encoding="utf-8")
-    return out
+    return tokenizer_dir(tiny_model_dir, out, dict(MARKERS), CONFIG)
 
 
 MARKERS += tool_cases_classic1.MARKERS
