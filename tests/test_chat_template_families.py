@@ -61,6 +61,10 @@ FAMILIES = {
     "olmo3": "olmo3",
     "minimax": "minimax (MiniMax-M1)",
     "cohere_command": "cohere_command3 (Command R7B)",
+    "gemma4": "gemma4 (Gemma 4)",
+    "glm45": "glm45 (GLM-4.5/4.6)",
+    "kimi_k2": "kimi_k2 (Kimi K2)",
+    "seed_oss": "seed_oss (Seed-OSS)",
 }
 
 CALL_ID = "call_7f3a9c2e1b"
