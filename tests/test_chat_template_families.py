@@ -65,6 +65,9 @@ FAMILIES = {
     "glm45": "glm45 (GLM-4.5/4.6)",
     "kimi_k2": "kimi_k2 (Kimi K2)",
     "seed_oss": "seed_oss (Seed-OSS)",
+    "muse_glimmer": "muse_glimmer",
+    "hy_v3": "hy_v3 (Tencent Hy3)",
+    "minimax_m2": "minimax_m2 (MiniMax-M2)",
 }
 
 CALL_ID = "call_7f3a9c2e1b"
