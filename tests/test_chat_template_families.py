@@ -68,6 +68,7 @@ FAMILIES = {
     "muse_glimmer": "muse_glimmer",
     "hy_v3": "hy_v3 (Tencent Hy3)",
     "minimax_m2": "minimax_m2 (MiniMax-M2)",
+    "lfm2": "lfm2 (LFM2.5)",
 }
 
 CALL_ID = "call_7f3a9c2e1b"
