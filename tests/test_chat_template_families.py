@@ -64,11 +64,13 @@ FAMILIES = {
     "gemma4": "gemma4 (Gemma 4)",
     "glm45": "glm45 (GLM-4.5/4.6)",
     "kimi_k2": "kimi_k2 (Kimi K2)",
+    "kimi_k2_thinking": "kimi_k2 (Kimi K2 Thinking)",
     "seed_oss": "seed_oss (Seed-OSS)",
     "muse_glimmer": "muse_glimmer",
     "hy_v3": "hy_v3 (Tencent Hy3)",
     "minimax_m2": "minimax_m2 (MiniMax-M2)",
     "lfm2": "lfm2 (LFM2.5)",
+    "apertus": "apertus",
 }
 
 CALL_ID = "call_7f3a9c2e1b"
