@@ -49,6 +49,7 @@ FAMILIES = {
     "qwen3_coder": "qwen3_coder, qwen3_xml",
     "llama3_json": "llama3_json",
     "llama4_pythonic": "llama4_pythonic",
+    "llama4_json": "llama4_json",
     "pythonic_gemma3": "pythonic",
     "mistral": "mistral",
     "deepseek_v3": "deepseek_v3",
