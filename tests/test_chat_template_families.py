@@ -72,6 +72,7 @@ FAMILIES = {
     "minimax_m2": "minimax_m2 (MiniMax-M2)",
     "lfm2": "lfm2 (LFM2.5)",
     "apertus": "apertus",
+    "gigachat3": "gigachat3 (GigaChat 3)",
 }
 
 CALL_ID = "call_7f3a9c2e1b"
