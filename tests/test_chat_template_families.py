@@ -16,7 +16,9 @@ with the template's message).
 The conversations: a tool round trip (system, tools, user, an assistant tool
 call with JSON-string arguments as OpenAI clients send them, the tool's
 result, another user turn, a generation prompt), the same with the
-assistant's answer to the tool result before the next user turn, and a plain
+assistant's answer to the tool result before the next user turn, the same
+with the call turn's reasoning and a ``reasoning_effort``, the same with the
+templates' thinking switches off (``chat_template_kwargs``), and a plain
 conversation with no tools.
 """
 
@@ -85,12 +87,22 @@ CALL = {"role": "assistant", "content": None, "tool_calls": [
      "function": {"name": "get_weather", "arguments": ARGUMENTS}}]}
 RESULT = {"role": "tool", "tool_call_id": CALL_ID, "content": '{"temperature": 21, "sky": "clear"}'}
 ANSWER = {"role": "assistant", "content": "It is 21 degrees and clear in Paris."}
+THOUGHT_CALL = {**CALL, "reasoning": "The user wants Paris; call get_weather."}
 AGAIN = {"role": "user", "content": "And in Lyon?"}
 
 CONVERSATIONS: dict[str, dict[str, Any]] = {
     "tool_round_trip": {"messages": [SYSTEM, ASK, CALL, RESULT, AGAIN], "tools": TOOLS},
     "tool_round_trip_answered": {"messages": [SYSTEM, ASK, CALL, RESULT, ANSWER, AGAIN],
                                  "tools": TOOLS},
+    # reasoning on the call turn (interleaved thinking); reasoning_effort
+    # also turns on enable_thinking for the template
+    "tool_round_trip_reasoning": {"messages": [SYSTEM, ASK, THOUGHT_CALL, RESULT, AGAIN],
+                                  "tools": TOOLS, "reasoning_effort": "low"},
+    # the template's own switches, as clients pass them
+    "tool_round_trip_no_thinking": {"messages": [SYSTEM, ASK, CALL, RESULT, ANSWER, AGAIN],
+                                    "tools": TOOLS,
+                                    "chat_template_kwargs": {"enable_thinking": False,
+                                                             "thinking_budget": 0}},
     "plain": {"messages": [SYSTEM, {"role": "user", "content": "Hello!"},
                            {"role": "assistant", "content": "Hi, how can I help?"},
                            {"role": "user", "content": "Tell me a joke."}]},
