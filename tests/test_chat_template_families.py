@@ -57,6 +57,7 @@ FAMILIES = {
     "deepseek_v3": "deepseek_v3",
     "deepseek_v31": "deepseek_v31",
     "granite": "granite",
+    "granite_20b_fc": "granite-20b-fc",
     "internlm": "internlm",
     "xlam": "xlam",
     "phi4_mini_json": "phi4_mini_json",
