@@ -56,6 +56,7 @@ FAMILIES = {
     "mistral": "mistral",
     "deepseek_v3": "deepseek_v3",
     "deepseek_v31": "deepseek_v31",
+    "deepseek_v31_published": "deepseek_v31 (DeepSeek-V3.1's own template)",
     "granite": "granite",
     "granite_20b_fc": "granite-20b-fc",
     "internlm": "internlm",
