@@ -18,8 +18,8 @@ call with JSON-string arguments as OpenAI clients send them, the tool's
 result, another user turn, a generation prompt), the same with the
 assistant's answer to the tool result before the next user turn, the same
 with the call turn's reasoning and a ``reasoning_effort``, the same with the
-templates' thinking switches off (``chat_template_kwargs``), and a plain
-conversation with no tools.
+templates' thinking switches off (``chat_template_kwargs``), the same with
+contents as content-part arrays, and a plain conversation with no tools.
 """
 
 from __future__ import annotations
@@ -90,6 +90,13 @@ CALL = {"role": "assistant", "content": None, "tool_calls": [
 RESULT = {"role": "tool", "tool_call_id": CALL_ID, "content": '{"temperature": 21, "sky": "clear"}'}
 ANSWER = {"role": "assistant", "content": "It is 21 degrees and clear in Paris."}
 THOUGHT_CALL = {**CALL, "reasoning": "The user wants Paris; call get_weather."}
+
+
+def parts(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` with its text content as a one-part content array."""
+    return {**message, "content": [{"type": "text", "text": message["content"]}]}
+
+
 AGAIN = {"role": "user", "content": "And in Lyon?"}
 
 CONVERSATIONS: dict[str, dict[str, Any]] = {
@@ -105,6 +112,9 @@ CONVERSATIONS: dict[str, dict[str, Any]] = {
                                     "tools": TOOLS,
                                     "chat_template_kwargs": {"enable_thinking": False,
                                                              "thinking_budget": 0}},
+    # content as OpenAI content-part arrays (as agent clients send tool results)
+    "tool_round_trip_parts": {"messages": [SYSTEM, parts(ASK), CALL, parts(RESULT),
+                                           parts(ANSWER), parts(AGAIN)], "tools": TOOLS},
     "plain": {"messages": [SYSTEM, {"role": "user", "content": "Hello!"},
                            {"role": "assistant", "content": "Hi, how can I help?"},
                            {"role": "user", "content": "Tell me a joke."}]},
