@@ -54,6 +54,7 @@ FAMILIES = {
     "llama4_json": "llama4_json",
     "pythonic_gemma3": "pythonic",
     "mistral": "mistral",
+    "mistral_small31": "mistral (Mistral Small 3.1's own template)",
     "deepseek_v3": "deepseek_v3",
     "deepseek_v31": "deepseek_v31",
     "deepseek_v31_published": "deepseek_v31 (DeepSeek-V3.1's own template)",
