@@ -48,6 +48,7 @@ TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 # family -> the vLLM 0.32 tool-call parser(s) its template's output is parsed by
 FAMILIES = {
     "hermes": "hermes (Qwen2.5/Qwen3, Hermes 2/3)",
+    "qwen3": "hermes (Qwen3's own template)",
     "qwen3_coder": "qwen3_coder, qwen3_xml",
     "llama3_json": "llama3_json",
     "llama4_pythonic": "llama4_pythonic",
