@@ -51,6 +51,7 @@ FAMILIES = {
     "qwen3": "hermes (Qwen3's own template)",
     "qwen3_coder": "qwen3_coder, qwen3_xml",
     "llama3_json": "llama3_json",
+    "llama33": "llama3_json (Llama 3.3's own template)",
     "llama4_pythonic": "llama4_pythonic",
     "llama4_json": "llama4_json",
     "pythonic_gemma3": "pythonic",
