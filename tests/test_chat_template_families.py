@@ -16,8 +16,10 @@ with the template's message).
 The conversations: a tool round trip (system, tools, user, an assistant tool
 call with JSON-string arguments as OpenAI clients send them, the tool's
 result, another user turn, a generation prompt), the same with the
-assistant's answer to the tool result before the next user turn, and a plain
-conversation with no tools.
+assistant's answer to the tool result before the next user turn, the same
+with the call turn's reasoning and a ``reasoning_effort``, the same with the
+templates' thinking switches off (``chat_template_kwargs``), the same with
+contents as content-part arrays, and a plain conversation with no tools.
 """
 
 from __future__ import annotations
@@ -46,14 +48,20 @@ TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 # family -> the vLLM 0.32 tool-call parser(s) its template's output is parsed by
 FAMILIES = {
     "hermes": "hermes (Qwen2.5/Qwen3, Hermes 2/3)",
+    "qwen3": "hermes (Qwen3's own template)",
     "qwen3_coder": "qwen3_coder, qwen3_xml",
     "llama3_json": "llama3_json",
+    "llama33": "llama3_json (Llama 3.3's own template)",
     "llama4_pythonic": "llama4_pythonic",
+    "llama4_json": "llama4_json",
     "pythonic_gemma3": "pythonic",
     "mistral": "mistral",
+    "mistral_small31": "mistral (Mistral Small 3.1's own template)",
     "deepseek_v3": "deepseek_v3",
     "deepseek_v31": "deepseek_v31",
+    "deepseek_v31_published": "deepseek_v31 (DeepSeek-V3.1's own template)",
     "granite": "granite",
+    "granite_20b_fc": "granite-20b-fc",
     "internlm": "internlm",
     "xlam": "xlam",
     "phi4_mini_json": "phi4_mini_json",
@@ -61,6 +69,17 @@ FAMILIES = {
     "olmo3": "olmo3",
     "minimax": "minimax (MiniMax-M1)",
     "cohere_command": "cohere_command3 (Command R7B)",
+    "gemma4": "gemma4 (Gemma 4)",
+    "glm45": "glm45 (GLM-4.5/4.6)",
+    "kimi_k2": "kimi_k2 (Kimi K2)",
+    "kimi_k2_thinking": "kimi_k2 (Kimi K2 Thinking)",
+    "seed_oss": "seed_oss (Seed-OSS)",
+    "muse_glimmer": "muse_glimmer",
+    "hy_v3": "hy_v3 (Tencent Hy3)",
+    "minimax_m2": "minimax_m2 (MiniMax-M2)",
+    "lfm2": "lfm2 (LFM2.5)",
+    "apertus": "apertus",
+    "gigachat3": "gigachat3 (GigaChat 3)",
 }
 
 CALL_ID = "call_7f3a9c2e1b"
@@ -73,12 +92,32 @@ CALL = {"role": "assistant", "content": None, "tool_calls": [
      "function": {"name": "get_weather", "arguments": ARGUMENTS}}]}
 RESULT = {"role": "tool", "tool_call_id": CALL_ID, "content": '{"temperature": 21, "sky": "clear"}'}
 ANSWER = {"role": "assistant", "content": "It is 21 degrees and clear in Paris."}
+THOUGHT_CALL = {**CALL, "reasoning": "The user wants Paris; call get_weather."}
+
+
+def parts(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` with its text content as a one-part content array."""
+    return {**message, "content": [{"type": "text", "text": message["content"]}]}
+
+
 AGAIN = {"role": "user", "content": "And in Lyon?"}
 
 CONVERSATIONS: dict[str, dict[str, Any]] = {
     "tool_round_trip": {"messages": [SYSTEM, ASK, CALL, RESULT, AGAIN], "tools": TOOLS},
     "tool_round_trip_answered": {"messages": [SYSTEM, ASK, CALL, RESULT, ANSWER, AGAIN],
                                  "tools": TOOLS},
+    # reasoning on the call turn (interleaved thinking); reasoning_effort
+    # also turns on enable_thinking for the template
+    "tool_round_trip_reasoning": {"messages": [SYSTEM, ASK, THOUGHT_CALL, RESULT, AGAIN],
+                                  "tools": TOOLS, "reasoning_effort": "low"},
+    # the template's own switches, as clients pass them
+    "tool_round_trip_no_thinking": {"messages": [SYSTEM, ASK, CALL, RESULT, ANSWER, AGAIN],
+                                    "tools": TOOLS,
+                                    "chat_template_kwargs": {"enable_thinking": False,
+                                                             "thinking_budget": 0}},
+    # content as OpenAI content-part arrays (as agent clients send tool results)
+    "tool_round_trip_parts": {"messages": [SYSTEM, parts(ASK), CALL, parts(RESULT),
+                                           parts(ANSWER), parts(AGAIN)], "tools": TOOLS},
     "plain": {"messages": [SYSTEM, {"role": "user", "content": "Hello!"},
                            {"role": "assistant", "content": "Hi, how can I help?"},
                            {"role": "user", "content": "Tell me a joke."}]},
