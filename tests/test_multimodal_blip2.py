@@ -58,7 +58,12 @@ SHAPES = [
         ],
     ),
     shape("n-2-seeded", ONE, n=2, temperature=1.0, seed=5),
+    shape("system-and-image", [{"role": "system", "content": "Describe images."}, *ONE]),
+    shape("logprobs", ONE, logprobs=True, top_logprobs=2),
     shape("stream", ONE, stream=True, stream_options={"include_usage": True}),
+    shape(
+        "stream-local-file-n-2", [user(local("red.png"))], stream=True, n=2, temperature=1.0, seed=9
+    ),
     shape("error-two-images", [user(image(RED), text("and"), image(BLUE))]),
     shape(
         "error-images-in-two-turns",
@@ -66,6 +71,11 @@ SHAPES = [
     ),
     shape("error-broken-image", [user(image("data:image/png;base64,AAAA"))]),
     tok("one-image", ONE),
+    tok(
+        "local-file-no-generation-prompt",
+        [user(local("red.png"), text("x"))],
+        add_generation_prompt=False,
+    ),
     tok("error-two-images", [user(image(RED), image(RED))]),
 ]
 
