@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
-from harness import tiny_lora, tiny_model, tiny_vlm
+from harness import tiny_blip2, tiny_lora, tiny_model, tiny_vlm
 from harness.procs import REPO_ROOT
 
 BUILD_DIR = REPO_ROOT / "build"
@@ -63,6 +63,19 @@ def tiny_vlm_dir(log: Callable[[str], None] | None = None) -> Path:
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     return _cached(target, "tokenizer_config.json", build, log)
+
+
+def tiny_blip2_dir(log: Callable[[str], None] | None = None) -> Path:
+    """The deterministic tiny BLIP-2 VLM (``harness.tiny_blip2``), built in a
+    subprocess like ``tiny_vlm_dir``."""
+    target = BUILD_DIR / f"tiny-blip2-{cache_key(_source(tiny_blip2), _source(tiny_model))}"
+
+    def build(out: Path) -> None:
+        subprocess.run([sys.executable, "-m", "tools.make_tiny_vlm", "--family", "blip2",
+                        str(out)], cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+
+    return _cached(target, "generation_config.json", build, log)
 
 
 def _cached(target: Path, last_file: str, build: Callable[[Path], None],

@@ -3,7 +3,8 @@
 ``mm_servers`` (module): two headless real engines on the tiny Idefics3 VLM
 (``harness.tiny_vlm``), our frontend on one (with its processor worker) and
 vLLM's own ``vllm serve`` API server on the other, both with the same media
-flags: at most two images a prompt, local files under ``media_dir``. All four
+flags: at most two images a prompt, local files under ``media_dir``. ``serve_pair``
+starts the same four on another model (tests/test_multimodal_blip2.py). All four
 start at once (~40 s of two cores), and stop at the end of the module.
 
 ``images``: deterministic PNG/JPEG bytes (PIL, no torch) as data: URLs, and as
@@ -13,6 +14,7 @@ files under ``media_dir`` for file:// URLs.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import signal
 from collections.abc import Iterator
@@ -30,8 +32,8 @@ from tests.support.requirements import require_vllm
 LIMIT = '{"image": 2}'
 
 
-def media_flags(media_dir: Path) -> list[str]:
-    return ["--limit-mm-per-prompt", LIMIT, "--allowed-local-media-path", str(media_dir)]
+def media_flags(media_dir: Path, limit: str = LIMIT) -> list[str]:
+    return ["--limit-mm-per-prompt", limit, "--allowed-local-media-path", str(media_dir)]
 
 
 def png(color: tuple[int, int, int], size: tuple[int, int] = (40, 24), fmt: str = "PNG") -> bytes:
@@ -66,14 +68,22 @@ def mm_model_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def mm_servers(mm_model_dir, tmp_path_factory) -> Iterator[MultimodalServers]:
-    workdir = tmp_path_factory.mktemp("multimodal")
+    with serve_pair(mm_model_dir, tmp_path_factory.mktemp("multimodal")) as servers:
+        yield servers
+
+
+@contextlib.contextmanager
+def serve_pair(model_dir: Path, workdir: Path, *flags: str,
+               limit: str = LIMIT) -> Iterator[MultimodalServers]:
+    """Our frontend and vLLM's server on two real engines on ``model_dir``, both
+    given ``media_flags`` (with ``limit``) and ``flags``."""
     media_dir = workdir / "media"
     media_dir.mkdir()
-    flags = media_flags(media_dir)
-    engines = [RealEngine.launch(mm_model_dir, workdir / f"engine-{i}.log", "--limit-mm-per-prompt",
-                                 LIMIT) for i in range(2)]
-    vllm = VllmFrontend(engines[1], mm_model_dir, workdir / "vllm-serve.log", *flags)
-    ours = FrontendProcess(engines[0].handshake_addr, mm_model_dir, workdir,
+    flags = (*media_flags(media_dir, limit), *flags)
+    engines = [RealEngine.launch(model_dir, workdir / f"engine-{i}.log", "--limit-mm-per-prompt",
+                                 limit) for i in range(2)]
+    vllm = VllmFrontend(engines[1], model_dir, workdir / "vllm-serve.log", *flags)
+    ours = FrontendProcess(engines[0].handshake_addr, model_dir, workdir,
                            "--mm-processor-workers", "1", *flags)
     try:
         ours.wait_healthy()
