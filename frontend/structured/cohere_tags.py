@@ -80,13 +80,13 @@ def tool_calls_schema(tools: list[dict]) -> dict:
     """vLLM's ``collect_tool_schema`` language as one JSON schema."""
     branches, defs = [], {}
     for tool in tools:
-        function = tool.get("function") if tool.get("type") == "function" else tool
+        function: dict = (tool.get("function") or {}) if tool.get("type") == "function" else tool
         name = function["name"]
         params = function.get("parameters")
         params = dict(params) if isinstance(params, dict) else {}
         for key in ("$defs", "definitions"):
-            for def_name, schema in (params.pop(key, None) or {}).items():
-                defs[f"{name}.{def_name}"] = _renamed_refs(schema, name)
+            for def_name, definition in (params.pop(key, None) or {}).items():
+                defs[f"{name}.{def_name}"] = _renamed_refs(definition, name)
         branches.append(
             {
                 "type": "object",
