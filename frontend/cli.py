@@ -367,6 +367,7 @@ def tooling_from_args(
         tool_parser=tool_parser,
         reasoning_parser=config.reasoning_parser or None,
         tool_strict_level=args.tool_strict_level,
+        architecture=model.architecture,
     )
     return config, parsers
 

@@ -109,6 +109,8 @@ class ModelInfo:
     directory: str = ""  # where its files were read (a Hub id's cache snapshot)
     # Mixture of experts (vLLM's ModelConfig.is_moe): data parallel needs waves.
     num_experts: int = 0
+    # config.json's first architecture (vLLM's ModelConfig.architecture).
+    architecture: str = ""
     # vLLM's override_max_tokens: a cap on every request's max_tokens from
     # --generation-config DIR or --override-generation-config max_new_tokens.
     override_max_tokens: int | None = None
@@ -232,6 +234,7 @@ def load_model_info(
         special_token_ids=special,
         tokenizer_config=tok_config,
         num_experts=_num_experts(text_config),
+        architecture=str((config.get("architectures") or [""])[0]),
         override_max_tokens=(
             defaults.get("max_tokens")
             if source.generation_config not in ("auto", "vllm")

@@ -400,6 +400,7 @@ def plan(
             constraints=constraints,
             strict_level=parsers.tool_strict_level,
             token_suffix=parsers.tool_tag_suffix,
+            architecture=parsers.architecture,
         )
     # vLLM's resolve_reasoning_ended and reasoning_parser_kwargs.
     if parsers is not None and parsers.reasoning_parser is not None:

@@ -93,9 +93,11 @@ class ChatParsers:
         tool_parser: str | None = None,
         reasoning_parser: str | None = None,
         tool_strict_level: str = "auto",
+        architecture: str = "",
     ) -> None:
         self.tokenizer = tokenizer
         self.tool_strict_level = tool_strict_level
+        self.architecture = architecture  # the model's, for Cohere's structural tags
         self.tool_parser = tool_parser_class(tool_parser) if tool_parser else None
         self.reasoning_parser = (
             reasoning_parser_class(reasoning_parser) if reasoning_parser else None

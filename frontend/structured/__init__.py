@@ -18,7 +18,8 @@ on forced tool calls. Modules, each one job:
 * :mod:`~frontend.structured.tool_schema`: the JSON schemas that force a tool
   call;
 * :mod:`~frontend.structured.tool_choice`: vLLM's ``adjust_request`` (what the
-  configured parsers change in a chat request's constraint).
+  configured parsers change in a chat request's constraint);
+* :mod:`~frontend.structured.cohere_tags`: the Cohere Command parsers' tags.
 
 The names below are what the routes and the command line use. This package
 reads the parsers' names and traits (:mod:`frontend.parsers`); it never

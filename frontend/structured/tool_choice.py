@@ -23,6 +23,7 @@ from frontend.errors import ApiError, invalid
 from frontend.parsers.reasoning.base import ReasoningParser
 from frontend.parsers.tool.base import ToolParser
 from frontend.parsers.types import named_tool, tool_function
+from frontend.structured.cohere_tags import cohere_structural_tag
 from frontend.structured.request import Constraints
 from frontend.structured.rules import grammar_is_likely_lark
 from frontend.structured.structural_tag import output_format, structural_tag_json, tools_or_output
@@ -204,11 +205,13 @@ def adjust_chat_request(
     constraints: Constraints,
     strict_level: str = "auto",
     token_suffix: str = "",
+    architecture: str = "",
 ) -> tuple[Constraints, bool | None, bool | None]:
     """:func:`adjust_request` for a chat request: its grammar constraint after
     the adjustment, and the ``skip_special_tokens`` and
     ``spaces_between_special_tokens`` it forces (None: the request's own).
-    Raises ApiError (400) where vLLM refuses the tools."""
+    Raises ApiError (400) where vLLM refuses the tools.  ``architecture``: the
+    model's (vLLM's ``ModelConfig.architecture``), for Cohere's tags."""
     so_fields = constraints.structured_outputs or {}
     rf_type = response_format.get("type") if isinstance(response_format, dict) else None
     try:
@@ -226,7 +229,18 @@ def adjust_chat_request(
         )
     except ToolSchemaError as e:
         raise invalid(str(e), e.param) from None
-    if adjustment.structural_tag is not None:
+    cohere_tag = None
+    cohere = any(
+        p is not None and p.cohere_structural_tags for p in (tool_parser, reasoning_parser)
+    )
+    if cohere and (reasoning_parser is not None or tool_choice != "none"):  # adjust_request runs
+        try:
+            cohere_tag = cohere_structural_tag(architecture, response_format, so_fields, tools)
+        except ValueError as e:
+            raise ApiError(str(e), 400) from None
+    if cohere_tag is not None:
+        constraints = Constraints({"structural_tag": cohere_tag}, None)
+    elif adjustment.structural_tag is not None:
         constraints = Constraints({"structural_tag": adjustment.structural_tag}, None)
     elif adjustment.structural_tag_model is not None:
         constraints = _tools_or_output(

@@ -31,6 +31,8 @@ class ReasoningParser:
     mistral_guided_schema: ClassVar[bool] = False
     # A grammar parser (vLLM's "engine-based"); see ToolParser.grammar_based.
     grammar_based: ClassVar[bool] = False
+    # See ToolParser.cohere_structural_tags.
+    cohere_structural_tags: ClassVar[bool] = False
     # Rewrites the choice's parsed output (vLLM's MiniCPM-V parser recovers
     # escaped newlines): a class whose instances have ``parsed(reasoning,
     # content)`` and ``delta(delta, finished=...)``; one per choice.

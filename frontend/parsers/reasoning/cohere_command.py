@@ -16,6 +16,7 @@ from frontend.parsers.tokenizer import ParserTokenizer
 
 class BaseCohereCommandReasoningParser(ReasoningParser):
     output_parser = CohereOutputParser
+    cohere_structural_tags = True
     keeps_special_tokens = True
     melody_preset: ClassVar[str]
 

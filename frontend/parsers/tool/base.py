@@ -44,6 +44,9 @@ class ToolParser:
     # False: the structural tag constrains only "required"/named calls, never
     # "auto" (vLLM's hy_v4 get_structural_tag).
     structural_tag_for_auto: ClassVar[bool] = True
+    # vLLM's Cohere parser: tools and JSON schema folded into one structural
+    # tag, per architecture (frontend.structured.cohere_tags).
+    cohere_structural_tags: ClassVar[bool] = False
     # When adjust_request sets skip_special_tokens=False: "with_tools"
     # (tools given and tool_choice != "none"), "always", or None.
     keeps_special_tokens: ClassVar[str | None] = None

@@ -16,6 +16,7 @@ from frontend.parsers.tool.base import ToolParser
 
 class BaseCohereCommandToolParser(ToolParser):
     output_parser = CohereOutputParser
+    cohere_structural_tags = True
     keeps_special_tokens = "always"
     melody_preset: ClassVar[str]
 
