@@ -32,6 +32,7 @@ carries its data, so no worker needs to know what went to which engine rank.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 from typing import Any
@@ -121,16 +122,20 @@ class Server:
                     task.cancel()
                 continue
             request_id = message["id"]
-            self.tasks[request_id] = asyncio.ensure_future(self.run(request_id, message["body"]))
+            task = asyncio.ensure_future(self.processor.chat(message["body"]))
+            self.tasks[request_id] = task
+            # A callback, not a try in the task: a task cancelled before it
+            # starts (its cancel was in the same read) never runs its body.
+            task.add_done_callback(functools.partial(self.finish, request_id))
 
-    async def run(self, request_id: int, body: bytes) -> None:
-        try:
-            answer = await self.processor.chat(body)
-        except asyncio.CancelledError:
-            answer = {"cancelled": True}
-        except Exception as e:  # one bad request: an answer, not a dead worker
-            answer = _failure(e)
+    def finish(self, request_id: int, task: asyncio.Task) -> None:
         del self.tasks[request_id]
+        if task.cancelled():
+            answer = {"cancelled": True}
+        elif (error := task.exception()) is not None:  # one bad request, not a dead worker
+            answer = _failure(error)
+        else:
+            answer = task.result()
         self.answer({"id": request_id, **answer})
 
 

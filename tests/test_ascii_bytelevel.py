@@ -7,6 +7,8 @@ import json
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer, processors
 
 from frontend.model import load_model_info
@@ -190,3 +192,18 @@ def test_the_longest_added_token_wins_where_two_start(model):
     texts = ["<x>y z", "a<x>y>", "<x><x>yy>", "<x>y>"]
     assert_same(encoder, tokenizer, texts)
     assert all(encoder.encode(t, False) is not None for t in texts)
+
+
+# Units a chat prompt is made of, so that drawn texts put added tokens next to
+# words, contractions (either case), digit runs and every ASCII control char.
+UNITS = ASCII + ["'s", "'S", "'LL", "'re", "123456", "   ", " \n", "\t\x0b\x0c", "\x1c\x1d\x1e\x1f"]
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_drawn_ascii_prompts(model, data):
+    units = UNITS + [t.content for t in model.tokenizer.get_added_tokens_decoder().values()]
+    text = "".join(data.draw(st.lists(st.sampled_from(units), max_size=40)))
+    assert_same(model.ascii_encoder, model.tokenizer, [text, text + " ", text + "  \n"])

@@ -86,12 +86,16 @@ class Worker:
                 if future is not None and not future.done():
                     future.set_result(answer)
         except WorkerGone as e:
-            self.alive = False
-            for future in self.pending.values():
-                if not future.done():
-                    future.set_exception(e)
-            self.pending.clear()
+            self.fail(e)
             log.error("%s (status %s)", e, self.proc.returncode)
+
+    def fail(self, error: WorkerGone) -> None:
+        """No more answers: every request still waiting gets ``error``."""
+        self.alive = False
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self.pending.clear()
 
 
 class ProcessorPool:
@@ -168,6 +172,9 @@ class ProcessorPool:
 
     async def close(self) -> None:
         for worker in self.workers:
+            if worker.reader is not None:  # the exits below are no failure to log
+                worker.reader.cancel()
+            worker.fail(WorkerGone("the frontend is shutting down"))
             if worker.proc.stdin is not None:
                 worker.proc.stdin.close()  # the worker's signal to exit
         for worker in self.workers:
@@ -176,5 +183,3 @@ class ProcessorPool:
             except TimeoutError:
                 worker.proc.kill()
                 await worker.proc.wait()
-            if worker.reader is not None:
-                worker.reader.cancel()
