@@ -13,9 +13,11 @@ reads messages (``protocol/mm_worker.py``) on stdin and answers on stdout:
   ``OnlineRenderer`` with ``renderer``'s chat options, and its
   ``InputProcessor``; answered with ``{"ready": true}``;
 * then requests ``{"id": N, "body": JSON bytes}`` (a chat completion request
-  as the client sent it), each answered once, in any order, with
-  ``{"id": N, "ok": true, "prompt_token_ids", "prompt", "conversation",
-  "features"}`` or ``{"id": N, "ok": false, "message", "param", "status"}``;
+  as the client sent it; with ``"kind": "generate"``, /inference/v1/generate's
+  ``token_ids``, ``features`` and ``cache_salt``), each answered once, in any
+  order, with ``{"id": N, "ok": true, "prompt_token_ids", "prompt",
+  "conversation", "features", "placeholders"}`` or
+  ``{"id": N, "ok": false, "message", "param", "status"}``;
   ``{"cancel": N}`` stops request N (a client that left), answered with
   ``{"id": N, "cancelled": true}`` unless its answer went out already.
 
@@ -74,14 +76,48 @@ class Processor:
             error = result.error
             return _error(error.message, error.param, error.code)
         conversation, (engine_input,) = result
+        return {
+            **self.engine_request(engine_input),
+            "prompt": engine_input.get("prompt"),
+            "conversation": json.loads(json.dumps(conversation, default=str)),
+        }
+
+    async def generate(self, body: bytes) -> dict[str, Any]:
+        """/inference/v1/generate's ``token_ids`` and ``features`` (vLLM's
+        ``MultiModalFeatures``: base64 kwargs items, hashes, placeholder ranges),
+        made an engine input as vLLM's ``serve_tokens`` makes it."""
+        from vllm.entrypoints.scale_out.token_in_token_out.mm_features import (
+            mm_kwargs_from_features,
+        )
+        from vllm.entrypoints.scale_out.token_in_token_out.protocol import MultiModalFeatures
+        from vllm.inputs import mm_input
+        from vllm.multimodal.inputs import MultiModalKwargsItems, PlaceholderRange
+
+        request = json.loads(body)
+        features = MultiModalFeatures.model_validate(request["features"])
+        engine_input = mm_input(
+            prompt_token_ids=request["token_ids"],
+            mm_kwargs=MultiModalKwargsItems(mm_kwargs_from_features(features)),
+            mm_hashes=features.mm_hashes,
+            mm_placeholders={
+                modality: [PlaceholderRange(offset=p.offset, length=p.length) for p in ranges]
+                for modality, ranges in features.mm_placeholders.items()
+            },
+            cache_salt=request.get("cache_salt"),
+        )
+        return {**self.engine_request(engine_input), "prompt": None, "conversation": []}
+
+    def engine_request(self, engine_input: Any) -> dict[str, Any]:
         processed = self.inputs.process_inputs("mm", engine_input, self.params, ("generate",))
         frames = self.encoder.encode(processed.mm_features)
         return {
             "ok": True,
             "prompt_token_ids": list(processed.prompt_token_ids or ()),
-            "prompt": engine_input.get("prompt"),
-            "conversation": json.loads(json.dumps(conversation, default=str)),
             "features": [f.bytes if isinstance(f, zmq.Frame) else bytes(f) for f in frames],
+            "placeholders": {
+                modality: [{"offset": p.offset, "length": p.length} for p in ranges]
+                for modality, ranges in engine_input["mm_placeholders"].items()
+            },
         }
 
 
@@ -121,11 +157,15 @@ class Server:
                     task.cancel()
                 continue
             request_id = message["id"]
-            self.tasks[request_id] = asyncio.ensure_future(self.run(request_id, message["body"]))
+            kinds = {"chat": self.processor.chat, "generate": self.processor.generate}
+            work = kinds[message["kind"]]
+            self.tasks[request_id] = asyncio.ensure_future(
+                self.run(request_id, work(message["body"]))
+            )
 
-    async def run(self, request_id: int, body: bytes) -> None:
+    async def run(self, request_id: int, work: Any) -> None:
         try:
-            answer = await self.processor.chat(body)
+            answer = await work
         except asyncio.CancelledError:
             answer = {"cancelled": True}
         except Exception as e:  # one bad request: an answer, not a dead worker
