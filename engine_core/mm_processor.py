@@ -13,9 +13,11 @@ reads messages (``protocol/mm_worker.py``) on stdin and answers on stdout:
   ``OnlineRenderer`` with ``renderer``'s chat options, and its
   ``InputProcessor``; answered with ``{"ready": true}``;
 * then requests ``{"id": N, "body": JSON bytes}`` (a chat completion request
-  as the client sent it), each answered once, in any order, with
-  ``{"id": N, "ok": true, "prompt_token_ids", "prompt", "conversation",
-  "features"}`` or ``{"id": N, "ok": false, "message", "param", "status"}``;
+  as the client sent it; with ``"kind": "generate"``, /inference/v1/generate's
+  ``token_ids``, ``features`` and ``cache_salt``), each answered once, in any
+  order, with ``{"id": N, "ok": true, "prompt_token_ids", "prompt",
+  "conversation", "features", "placeholders"}`` or
+  ``{"id": N, "ok": false, "message", "param", "status"}``;
   ``{"cancel": N}`` stops request N (a client that left), answered with
   ``{"id": N, "cancelled": true}`` unless its answer went out already.
 
@@ -75,14 +77,48 @@ class Processor:
             error = result.error
             return _error(error.message, error.param, error.code)
         conversation, (engine_input,) = result
+        return {
+            **self.engine_request(engine_input),
+            "prompt": engine_input.get("prompt"),
+            "conversation": json.loads(json.dumps(conversation, default=str)),
+        }
+
+    async def generate(self, body: bytes) -> dict[str, Any]:
+        """/inference/v1/generate's ``token_ids`` and ``features`` (vLLM's
+        ``MultiModalFeatures``: base64 kwargs items, hashes, placeholder ranges),
+        made an engine input as vLLM's ``serve_tokens`` makes it."""
+        from vllm.entrypoints.scale_out.token_in_token_out.mm_features import (
+            mm_kwargs_from_features,
+        )
+        from vllm.entrypoints.scale_out.token_in_token_out.protocol import MultiModalFeatures
+        from vllm.inputs import mm_input
+        from vllm.multimodal.inputs import MultiModalKwargsItems, PlaceholderRange
+
+        request = json.loads(body)
+        features = MultiModalFeatures.model_validate(request["features"])
+        engine_input = mm_input(
+            prompt_token_ids=request["token_ids"],
+            mm_kwargs=MultiModalKwargsItems(mm_kwargs_from_features(features)),
+            mm_hashes=features.mm_hashes,
+            mm_placeholders={
+                modality: [PlaceholderRange(offset=p.offset, length=p.length) for p in ranges]
+                for modality, ranges in features.mm_placeholders.items()
+            },
+            cache_salt=request.get("cache_salt"),
+        )
+        return {**self.engine_request(engine_input), "prompt": None, "conversation": []}
+
+    def engine_request(self, engine_input: Any) -> dict[str, Any]:
         processed = self.inputs.process_inputs("mm", engine_input, self.params, ("generate",))
         frames = self.encoder.encode(processed.mm_features)
         return {
             "ok": True,
             "prompt_token_ids": list(processed.prompt_token_ids or ()),
-            "prompt": engine_input.get("prompt"),
-            "conversation": json.loads(json.dumps(conversation, default=str)),
             "features": [f.bytes if isinstance(f, zmq.Frame) else bytes(f) for f in frames],
+            "placeholders": {
+                modality: [{"offset": p.offset, "length": p.length} for p in ranges]
+                for modality, ranges in engine_input["mm_placeholders"].items()
+            },
         }
 
 
@@ -122,7 +158,8 @@ class Server:
                     task.cancel()
                 continue
             request_id = message["id"]
-            task = asyncio.ensure_future(self.processor.chat(message["body"]))
+            work = getattr(self.processor, message["kind"])  # "chat" or "generate"
+            task = asyncio.ensure_future(work(message["body"]))
             self.tasks[request_id] = task
             # A callback, not a try in the task: a task cancelled before it
             # starts (its cancel was in the same read) never runs its body.

@@ -237,12 +237,16 @@ def unmatched_response(e: web.HTTPException) -> web.Response:
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+_TRACEBACK_LINE = re.compile(r'\n?\s*File "[^"]+", line \d+, in \S+(\n\s+.*)?')
 _PATH = re.compile(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+")
+_FILE_PATH = re.compile(r"(?:/[\w\-]+)+/[\w\-]+\.\w+")  # (a URL's path too, as vLLM)
 
 
 def sanitize(message: str) -> str:
-    """No memory addresses or file paths in messages sent to clients (as vLLM)."""
-    return _PATH.sub("<path>", _ADDRESS.sub(">", message)).strip()
+    """No memory addresses, tracebacks or file paths in messages sent to clients
+    (vLLM's ``sanitize_message``, step for step)."""
+    message = _TRACEBACK_LINE.sub("", _ADDRESS.sub(">", message))
+    return _FILE_PATH.sub("<path>", _PATH.sub("<path>", message)).strip()
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -190,3 +190,21 @@ def test_bad_routes_and_methods(stack):
     check_rejected(reply, 400, None, "detokenize negative")
     reply = post(stack.url, "/tokenize", {"model": "nope", "prompt": "x"})
     check_rejected(reply, 404, None, "tokenize unknown model")
+
+
+@pytest.mark.parametrize("message", [
+    "bad <object at 0x7f00aa>",
+    "cannot open /tmp/x/y.png",
+    "see https://pytorch.org/docs/stable/generated/torch.load.html.",
+    'boom\n  File "/usr/lib/x.py", line 3, in f\n    raise E\nValueError: no',
+    "a ratio 3/4 and tokens/s, not paths",
+])
+def test_messages_sanitized_as_vllm(message: str) -> None:
+    """Client-facing messages lose what vLLM's ``sanitize_message`` strips."""
+    from frontend.errors import sanitize
+    from tests.support.requirements import require_vllm
+
+    require_vllm()
+    from vllm.entrypoints.serve.exception_handling.utils import sanitize_message
+
+    assert sanitize(message) == sanitize_message(message)

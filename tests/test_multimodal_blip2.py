@@ -28,9 +28,11 @@ from tests.test_chat_parity import Shape, assert_same, send
 from tests.test_multimodal import (
     BLUE,
     CHAT,
+    GENERATE_FIELDS,
     GREEN_JPEG,
     RED,
     _resolve,
+    check_generate,
     image,
     local,
     shape,
@@ -151,3 +153,10 @@ prompt = inputs["input_ids"][0].tolist()
 print(json.dumps({"prompt": prompt, "generated": out[len(prompt):] if out[:len(prompt)] == prompt
                   else out}))
 """
+
+
+@pytest.mark.parametrize("id", list(GENERATE_FIELDS))
+def test_generate_with_features(id: str, servers) -> None:
+    """/inference/v1/generate with /render's features: BLIP-2's placeholders
+    are dense (its query tokens only), so they run on vLLM's server too."""
+    check_generate(servers, ONE, GENERATE_FIELDS[id])

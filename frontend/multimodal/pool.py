@@ -51,6 +51,7 @@ class Processed:
     prompt: str
     conversation: list[dict[str, Any]]
     features: list[bytes]  # MsgpackEncoder frames of mm_features: the list, then its tensors
+    placeholders: dict[str, list[dict[str, int]]]  # modality -> [{"offset", "length"}]
 
 
 class WorkerGone(Exception):
@@ -139,8 +140,9 @@ class ProcessorPool:
     def in_flight(self) -> int:
         return sum(len(w.pending) for w in self.workers)
 
-    async def process_chat(self, body: bytes) -> Processed:
-        """A chat request's body -> its prompt and features, or vLLM's ApiError."""
+    async def process_chat(self, body: bytes, kind: str = "chat") -> Processed:
+        """A chat request's body -> its prompt and features, or vLLM's ApiError;
+        with ``kind="generate"``, /inference/v1/generate's token ids and features."""
         alive = [w for w in self.workers if w.alive]
         if not alive:
             raise ApiError(NO_WORKER, 503, "ServiceUnavailableError")
@@ -148,7 +150,7 @@ class ProcessorPool:
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         worker.pending[request_id] = future
-        worker.send({"id": request_id, "body": body})
+        worker.send({"id": request_id, "body": body, "kind": kind})
         try:
             answer = await asyncio.shield(future)
         except asyncio.CancelledError:  # the client left: stop the work there
@@ -168,6 +170,7 @@ class ProcessorPool:
             answer["prompt"] or "",
             answer["conversation"],
             answer["features"],
+            answer["placeholders"],
         )
 
     async def close(self) -> None:

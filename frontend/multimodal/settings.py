@@ -26,6 +26,7 @@ ENGINE_FLAGS = (
     "mm_hasher_algorithm",
     "max_num_batched_tokens",
     "enable_prompt_embeds",
+    "enable_mm_embeds",
 )
 
 

@@ -17,6 +17,7 @@ from frontend import structured as so
 from frontend.choices import Choice, Delta, Group
 from frontend.errors import ApiError, invalid
 from frontend.model import ModelInfo
+from frontend.multimodal.pool import Processed
 from frontend.openai import validators as rules
 from frontend.openai.common import (
     StreamOptions,
@@ -95,6 +96,9 @@ class GenerateSamplingParams(msgspec.Struct, kw_only=True):
     output_text_buffer_length: int = 0
 
 
+_json = msgspec.json.Encoder()
+
+
 class GenerateRequest(msgspec.Struct, kw_only=True):
     token_ids: list[int]
     sampling_params: GenerateSamplingParams  # required, as in vLLM
@@ -114,14 +118,15 @@ class GenerateRequest(msgspec.Struct, kw_only=True):
     kv_transfer_params: Any = None  # dict[str, Any] | None (checked by hand)
     ec_transfer_params: Any = None
     token_offsets: Any = None  # (the render routes' output; accepted, unused)
-    # Multimodal inputs (refused: this route serves text-only models here).
+    # Multimodal inputs: vLLM's MultiModalFeatures (/render's output), made
+    # engine features by a processor worker; content_parts refused.
     features: Any = None
     content_parts: Any = None
 
 
 def check_refused_fields(req: GenerateRequest) -> None:
     """Fields vLLM's server accepts only with engine features it gates, refused
-    with its messages; multimodal inputs (not implemented on this route)."""
+    with its messages; raw media (``content_parts``: not implemented on this route)."""
     sp = req.sampling_params
     if sp.trace_decode_token_ids:
         raise invalid(
@@ -141,13 +146,25 @@ def check_refused_fields(req: GenerateRequest) -> None:
             "prompt_logprob_start",
             sp.prompt_logprob_start,
         )
-    for name in ("features", "content_parts"):
-        if getattr(req, name) is not None:
-            raise invalid(
-                f"{name}: multimodal inputs are not accepted on this route by this frontend "
-                "(send media to /v1/chat/completions, served for multimodal models)",
-                name,
-            )
+    if req.content_parts is not None:
+        raise invalid(
+            "content_parts: media are not accepted on this route by this frontend "
+            "(send them to /v1/chat/completions, or their features from /render)",
+            "content_parts",
+        )
+
+
+async def engine_features(state: AppState, req: GenerateRequest) -> Processed | None:
+    """The request's ``features`` as vLLM's input processor makes them, by a
+    processor worker (a multimodal model's); None without features."""
+    if req.features is None:
+        return None
+    if state.mm_pool is None:
+        raise invalid(
+            "features: multimodal inputs are accepted for multimodal models only", "features"
+        )
+    body = {"token_ids": req.token_ids, "features": req.features, "cache_salt": req.cache_salt}
+    return await state.mm_pool.process_chat(_json.encode(body), kind="generate")
 
 
 def to_engine_params(sp: GenerateSamplingParams, model: ModelInfo, stream: bool) -> SamplingParams:
@@ -269,12 +286,15 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
             so.parse(None, req.sampling_params.structured_outputs),
             state.config.structured_outputs,
         )
+    processed = await engine_features(state, req)
     rid = request_id_for(request, req.request_id)
     group = Group(
         f"generate-tokens-{rid}",
         stream=bool(req.stream),
         max_pending=state.config.max_stream_buffer,
     )
+    if processed is not None:
+        group.mm_features = processed.features
     group.lora = state.lora.get(served)
     group.session_id = request.headers.get("X-Session-ID")  # (no body field here)
     for j in range(params.n):
@@ -285,7 +305,7 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
             prompt_token_ids=req.token_ids,
             params=child_params(params, j),
         )
-    view = GenerateView(state, req, group, served)
+    view = GenerateView(state, req, group, served, processed)
     return await serve_group(
         state,
         request,
@@ -299,8 +319,17 @@ async def create_generate(state: AppState, request: web.Request) -> web.StreamRe
 
 
 class GenerateView:
-    def __init__(self, state: AppState, req: GenerateRequest, group: Group, served: str) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        req: GenerateRequest,
+        group: Group,
+        served: str,
+        processed: Processed | None,
+    ) -> None:
         self.state = state
+        # (vLLM's response carries the placeholder ranges with the prompt ids.)
+        self.placeholders = processed.placeholders if processed and req.return_token_ids else None
         self.req = req
         self.group = group
         self.model_name = served
@@ -380,7 +409,7 @@ class GenerateView:
             ),
             "prompt_token_id_logprobs": None,
             "prompt_token_ids": prompt_ids if self.req.return_token_ids else None,
-            "mm_placeholders": None,
+            "mm_placeholders": self.placeholders,
             "metrics": None,
             **transfer_params(self.group),
             "output_mode": self.req.output_mode,
@@ -403,8 +432,9 @@ class GenerateView:
                 continue
             chunk: dict[str, Any] = {"request_id": group.request_id, "usage": None}
             if self.prompt_ids_pending:
-                # (vLLM leaves out mm_placeholders when it is null.)
                 chunk["prompt_token_ids"] = req.token_ids
+                if self.placeholders is not None:  # (vLLM leaves it out when null)
+                    chunk["mm_placeholders"] = self.placeholders
                 self.prompt_ids_pending = False
             if self.continuous:
                 # A full UsageInfo: these chunks are not dumped with exclude_none.

@@ -73,15 +73,15 @@ def mm_servers(mm_model_dir, tmp_path_factory) -> Iterator[MultimodalServers]:
 
 
 @contextlib.contextmanager
-def serve_pair(model_dir: Path, workdir: Path, *flags: str,
-               limit: str = LIMIT) -> Iterator[MultimodalServers]:
+def serve_pair(model_dir: Path, workdir: Path, *flags: str, limit: str = LIMIT,
+               engine_flags: tuple[str, ...] = ()) -> Iterator[MultimodalServers]:
     """Our frontend and vLLM's server on two real engines on ``model_dir``, both
-    given ``media_flags`` (with ``limit``) and ``flags``."""
+    given ``media_flags`` (with ``limit``) and ``flags``; the engines ``engine_flags``."""
     media_dir = workdir / "media"
     media_dir.mkdir()
     flags = (*media_flags(media_dir, limit), *flags)
     engines = [RealEngine.launch(model_dir, workdir / f"engine-{i}.log", "--limit-mm-per-prompt",
-                                 limit) for i in range(2)]
+                                 limit, *engine_flags) for i in range(2)]
     vllm = VllmFrontend(engines[1], model_dir, workdir / "vllm-serve.log", *flags)
     ours = FrontendProcess(engines[0].handshake_addr, model_dir, workdir,
                            "--mm-processor-workers", "1", *flags)
