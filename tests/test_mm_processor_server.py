@@ -45,7 +45,8 @@ def answers_to(*messages: dict) -> list[dict]:
 def test_a_cancel_read_with_its_request_is_answered():
     """The client left before the worker's loop ran the request (both messages
     were in the pipe at once): the request is still answered, as cancelled."""
-    assert answers_to({"id": 7, "body": b"{}", "kind": "chat"}, {"cancel": 7}) == [{"id": 7, "cancelled": True}]
+    request = {"id": 7, "body": b"{}", "kind": "chat"}
+    assert answers_to(request, {"cancel": 7}) == [{"id": 7, "cancelled": True}]
 
 
 def test_a_cancel_after_the_answer_is_ignored():
