@@ -27,6 +27,7 @@ class EchoProcessor:
             "prompt": "",
             "conversation": [],
             "features": [],
+            "placeholders": {},
         }
 
 
