@@ -627,7 +627,10 @@ FATAL = {
 
 
 @pytest.mark.parametrize("requests", FATAL.values(), ids=FATAL.keys())
-def test_engine_killing_requests(mock_engine, requests):
+def test_engine_killing_requests(start_mock, requests):
+    # Paced steps: the first "dup" request stays live (1000 tokens, 50 s) however
+    # late the second ADD arrives on a loaded host.
+    mock_engine = start_mock("--step-time", "0.05")
     h = mock_engine.harness
     for request in requests:
         h.add_unchecked(request)
