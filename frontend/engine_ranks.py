@@ -88,7 +88,9 @@ class Rank:
         self.death_reason: str | None = None
         self.last_heard = 0.0  # monotonic: the last message from it
         self.last_sent = 0.0  # monotonic: the last request to it
-        self.pending_aborts: list[str] = []  # the link's, sent once per loop iteration
+        # The link's, sent once per loop iteration: ADDs (frames, on_failed), ABORTs.
+        self.pending_adds: list[tuple[list[bytes], Callable[[str], None] | None]] = []
+        self.pending_aborts: list[str] = []
         self.grace: asyncio.TimerHandle | None = None
         self.hello_seen = 0.0  # the latest HELLO of this rank this process acted on
         self.hello_used = 0.0  # the HELLO its accepted registration followed
@@ -547,6 +549,7 @@ class RankLiveness:
             return
         rank.alive = rank.stalled = False
         rank.death_reason = self._last_death = reason
+        rank.pending_adds.clear()  # (their groups fail with the rank)
         rank.pending_aborts.clear()
         log.error("engine rank %d is dead: %s", rank.index, reason)
         self._link.fail_calls(rank, reason)

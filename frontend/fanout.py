@@ -50,7 +50,9 @@ RECENTLY_GONE_MAX = 8192
 class Engine(Protocol):
     """What the table needs of the engine link."""
 
-    def send_add(self, frames: list[bytes], rank: int) -> None: ...
+    def send_add(
+        self, frames: list[bytes], rank: int, on_failed: Callable[[str], None] | None = None
+    ) -> None: ...  # queued: a send refused later calls on_failed
 
     def abort(self, rank: int, request_ids: Sequence[str]) -> bool: ...
 
@@ -217,9 +219,13 @@ class Table:
             choice.engine_index = rank
             self._enter(choice)
         group.num_unfinished += len(group.choices)
+
+        def failed(reason: str) -> None:
+            self._fail_group(group, engine_failure(reason))
+
         for frame in frames:
             try:
-                self.engine.send_add(frame, rank)
+                self.engine.send_add(frame, rank, failed)
             except Exception as e:
                 self._fail_group(group, engine_failure(str(e)))
                 raise cast(ApiError, group.error) from e  # (set by _fail_group)

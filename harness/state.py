@@ -35,7 +35,7 @@ class NullEngine:
     def __init__(self) -> None:
         self.rejected: dict[str, int] = {}
 
-    def send_add(self, frame: list[bytes], rank: int) -> None:
+    def send_add(self, frame: list[bytes], rank: int, on_failed=None) -> None:
         pass
 
     def abort(self, rank: int, ids: list[str]) -> bool:

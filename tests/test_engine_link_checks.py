@@ -20,6 +20,7 @@ from frontend.engine_ranks import RankLiveness
 from frontend.engine_rejections import LOG_EVERY_S, REASONS, Rejections
 from harness.ports import HOST, free_port_triple
 from protocol import handshake as hs
+from protocol import wire
 
 READY = hs.ReadyResponse(max_model_len=1024, vllm_version="0.32.0", num_gpu_blocks=8)
 IDENTITY = hs.engine_identity(0)
@@ -343,3 +344,56 @@ async def wait_until(predicate, timeout: float = 5.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "not true in time"
         await asyncio.sleep(0.01)
+
+
+def test_adds_of_one_iteration_leave_together_before_its_aborts(monkeypatch):
+    """ADDs are queued and sent at the end of the loop iteration, with the
+    iteration's ABORTs after them: an id aborted right after its ADD reaches the
+    engine in that order. A send the ROUTER refuses later (the rank's DEALER
+    gone, within its disconnect grace) fails the request through ``on_failed``."""
+    monkeypatch.setattr(engine_ranks, "DISCONNECT_GRACE_S", 60.0)
+
+    async def go():
+        port = free_port_triple()
+        client = EngineClient(f"tcp://{HOST}:{port + 1}", f"tcp://{HOST}:{port + 2}",
+                              on_outputs=lambda batch: None, on_rank_lost=lambda rank, why: None)
+        client.bind()
+        client.liveness.hellos[0] = time.monotonic()
+        dealer = zmq.Context.instance().socket(zmq.DEALER)
+        dealer.setsockopt(zmq.IDENTITY, IDENTITY)
+        dealer.connect(client.input_address)
+        try:
+            dealer.send(hs.encode_ready_response(READY))
+            await wait_until(lambda: client.ranks[0].alive)
+            failures: list[str] = []
+            for i in range(3):
+                client.send_add([b"\x00", b"add-%d" % i], 0, failures.append)
+            client.abort(0, ["add-2"])
+            received = []
+            while len(received) < 4:
+                assert await _recv_ready(dealer)
+                received.append(dealer.recv_multipart(zmq.NOBLOCK))
+            assert received[:3] == [[b"\x00", b"add-%d" % i] for i in range(3)]
+            assert received[3][0] == b"\x01" and wire.decode_abort(received[3][1]) == ["add-2"]
+            assert failures == []
+
+            dealer.close(linger=0)
+            await wait_until(lambda: not client.reachable(client.ranks[0]))
+            assert client.ranks[0].alive  # (in its grace)
+            client.send_add([b"\x00", b"late"], 0, failures.append)
+            await wait_until(lambda: failures)
+            assert len(failures) == 1 and "cannot send to engine rank 0" in failures[0]
+        finally:
+            dealer.close(linger=0)
+            await client.close()
+
+    run(go)
+
+
+async def _recv_ready(sock, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not sock.poll(0):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return True

@@ -171,7 +171,7 @@ def test_trace_headers_go_to_the_engine(tiny_model_dir):
     model = load_model_info(str(tiny_model_dir), served_names=["tiny"])
     sent: list[list[bytes]] = []
     state = make_state(model, 1024)
-    state.table.engine.send_add = lambda frames, rank: sent.append(frames)
+    state.table.engine.send_add = lambda frames, rank, on_failed=None: sent.append(frames)
     req = CompletionRequest(model="tiny", prompt="x", max_tokens=2)
     params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=2,
                                    stream=False)
