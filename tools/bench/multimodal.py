@@ -441,7 +441,7 @@ def section(results: dict[str, Any], json_name: str, png_name: str) -> list[str]
     return lines + [""]
 
 
-def plot(results: dict[str, Any], png: Path) -> None:
+def plot(results: dict[str, Any]) -> Any:
     """Requests/s and p99 TTFT per point, the frontends side by side."""
     import matplotlib
 
@@ -471,8 +471,7 @@ def plot(results: dict[str, Any], png: Path) -> None:
         ax.set_title(title, fontsize=10)
     axes[0].legend(fontsize=8)
     fig.suptitle("One-image streaming chat, tiny Idefics3 on the CPU engine")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    return fig
 
 
 def write(results: dict[str, Any], out_dir: Path) -> Path:

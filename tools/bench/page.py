@@ -22,16 +22,18 @@ def write_section(
     stem: str,
     heading: str,
     section: Callable[[dict[str, Any], str, str], list[str]],
-    plot: Callable[[dict[str, Any], Path], None],
+    plot: Callable[[dict[str, Any]], Any],
 ) -> Path:
-    """Write ``results`` and the figure ``plot`` draws, then put the lines
+    """Write ``results`` and the (matplotlib) figure ``plot`` draws, then put the lines
     ``section(results, json_name, png_name)`` (starting with ``heading``) in
     ``out_dir/benchmarks.md``; returns the page."""
     json_path = out_dir / f"{stem}.json"
     png_path = out_dir / f"{stem}.png"
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     try:
-        plot(results, png_path)
+        figure = plot(results)
+        figure.tight_layout()
+        figure.savefig(png_path, dpi=110)
     except ImportError:
         log("matplotlib is missing (pip install -e '.[bench]'): no figure")
     md = out_dir / "benchmarks.md"

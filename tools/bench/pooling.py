@@ -166,7 +166,7 @@ def section(results: dict[str, Any], json_name: str, png_name: str) -> list[str]
     return lines + [""]
 
 
-def plot(results: dict[str, Any], png: Path) -> None:
+def plot(results: dict[str, Any]) -> Any:
     """One row per point: requests/s and frontend CPU per request, side by side."""
     import matplotlib
     matplotlib.use("Agg")
@@ -184,8 +184,7 @@ def plot(results: dict[str, Any], png: Path) -> None:
             ax.bar_label(bars, fmt="%.3g")
             ax.set_title(f"{point}: {title}", fontsize=10)
     fig.suptitle("/v1/embeddings on the mock engine (medians)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    return fig
 
 
 def write(results: dict[str, Any], out_dir: Path) -> Path:
