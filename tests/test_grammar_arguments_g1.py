@@ -1,4 +1,4 @@
-"""The argument converters of the Gemma 4 and Inkling grammars against
+"""The argument converters of the Gemma 4, Inkling and Granite grammars against
 vLLM 0.32's own functions, on generated (mostly malformed) argument text,
 complete and partial."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frontend.parsers.grammar import gemma4, inkling
+from frontend.parsers.grammar import gemma4, granite, inkling, json_member
 from tests.support.requirements import require_vllm
 
 GEMMA_PIECES = ['<|"|>', "<|", '"|>', "key", "city", ":", ",", "{", "}", "[", "]", "(", ")",
@@ -33,6 +33,14 @@ def vllm_utils():
     return utils
 
 
+@pytest.fixture(scope="module")
+def vllm_granite():
+    require_vllm()
+    from vllm.parser import granite as theirs
+
+    return theirs
+
+
 def _outcome(fn, *args):
     try:
         return fn(*args)
@@ -52,8 +60,16 @@ def test_gemma4_arguments_match_vllm(vllm_gemma4, pieces, partial):
 @given(st.lists(st.sampled_from(JSON_PIECES), max_size=24), st.booleans())
 def test_inkling_args_member_matches_vllm(vllm_utils, pieces, partial):
     raw = "{" + "".join(pieces)
-    assert _outcome(inkling.member_object, raw, "args") == _outcome(
+    assert _outcome(json_member.member_object, raw, "args") == _outcome(
         vllm_utils.extract_json_member_object, raw, "args")
     theirs = vllm_utils.extract_json_member_object
     expected = _outcome(lambda r, p: (theirs(r, "args") or ("" if p else "{}")), raw, partial)
     assert _outcome(inkling.args_of_call, raw, partial) == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(JSON_PIECES), max_size=24), st.booleans())
+def test_granite_arguments_member_matches_vllm(vllm_granite, pieces, partial):
+    raw = "{" + "".join(pieces)
+    assert _outcome(granite.granite_arguments, raw, partial) == _outcome(
+        vllm_granite._granite_arg_converter, raw, partial)

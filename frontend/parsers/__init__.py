@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from frontend.parsers.composite import OutputParser, ParsedOutput
+from frontend.parsers.composite import ChoiceSetup, OutputParser, ParsedOutput
 from frontend.parsers.message import (
     MessageParts,
     first_call_only,
@@ -126,19 +126,7 @@ class ChatParsers:
         chat_template_kwargs: dict | None = None,
         prompt_token_ids: Sequence[int] = (),
     ) -> OutputParser:
-        if self.output_parser is not None:
-            return self.output_parser(
-                self.tokenizer,
-                tool_parser=self.tool_parser,
-                reasoning_parser=self.reasoning_parser,
-                tools=tools,
-                tool_choice=tool_choice,
-                include_reasoning=include_reasoning,
-                chat_template_kwargs=chat_template_kwargs,
-                prompt_token_ids=prompt_token_ids,
-            )
-        return OutputParser(
-            self.tokenizer,
+        setup = ChoiceSetup(
             tool_parser=self.tool_parser,
             reasoning_parser=self.reasoning_parser,
             tools=tools,
@@ -147,6 +135,7 @@ class ChatParsers:
             chat_template_kwargs=chat_template_kwargs,
             prompt_token_ids=prompt_token_ids,
         )
+        return (self.output_parser or OutputParser)(self.tokenizer, setup)
 
     def reasoning_ended(
         self,

@@ -35,29 +35,40 @@ class ParsedOutput:
     tool_calls: list[ToolCall] | None
 
 
+@dataclass(frozen=True, slots=True)
+class ChoiceSetup:
+    """What a choice's output parser is built from: the server's parser
+    classes and the request's settings (the same for every kind of
+    :class:`OutputParser`)."""
+
+    tool_parser: type[ToolParser] | None = None
+    reasoning_parser: type[ReasoningParser] | None = None
+    tools: list[dict] | None = None
+    tool_choice: object = None
+    include_reasoning: bool = True
+    chat_template_kwargs: dict | None = None
+    prompt_token_ids: Sequence[int] = ()
+
+
 class OutputParser:
     """Parses one choice of one request (create one per choice)."""
 
-    def __init__(
-        self,
-        tokenizer: ParserTokenizer,
-        *,
-        tool_parser: type[ToolParser] | None = None,
-        reasoning_parser: type[ReasoningParser] | None = None,
-        tools: list[dict] | None = None,
-        tool_choice: object = None,
-        include_reasoning: bool = True,
-        chat_template_kwargs: dict | None = None,
-        prompt_token_ids: Sequence[int] = (),
-    ) -> None:
+    def __init__(self, tokenizer: ParserTokenizer, setup: ChoiceSetup) -> None:
+        reasoning_parser, tools, tool_choice = (
+            setup.reasoning_parser,
+            setup.tools,
+            setup.tool_choice,
+        )
         self.reasoning = (
-            reasoning_parser(tokenizer, chat_template_kwargs)
+            reasoning_parser(tokenizer, setup.chat_template_kwargs)
             if reasoning_parser is not None
             else None
         )
         self.tool = (
-            tool_parser(tokenizer, tools, tool_choice, chat_template_kwargs=chat_template_kwargs)
-            if tool_parser is not None
+            setup.tool_parser(
+                tokenizer, tools, tool_choice, chat_template_kwargs=setup.chat_template_kwargs
+            )
+            if setup.tool_parser is not None
             else None
         )
         rewriter = reasoning_parser.output_rewriter if reasoning_parser is not None else None
@@ -65,7 +76,7 @@ class OutputParser:
         if self.reasoning is not None:
             self.reasoning.set_request(tools, tool_choice)
         self.tool_choice = tool_choice
-        self.include_reasoning = include_reasoning
+        self.include_reasoning = setup.include_reasoning
         # vLLM's KimiK3Parser, for a pair with a kimi_k3 parser: content from
         # the tool parser always; without one, streamed content unwrapped by
         # the reasoning parser.
@@ -89,7 +100,7 @@ class OutputParser:
         if self.reasoning is None and self.tool is not None:
             # Reasoning markup is plain content when no reasoning parser runs.
             self.tool.skip_reasoning_parsing = True
-        self._prompt_ids = list(prompt_token_ids)
+        self._prompt_ids = list(setup.prompt_token_ids)
         self._prompt_checked = False
         self.reasoning_ended = False
         self._required_text = ""  # a forced "required" array so far

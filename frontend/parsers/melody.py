@@ -19,10 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from frontend.parsers.composite import OutputParser, ParsedOutput
-from frontend.parsers.reasoning.base import ReasoningParser
+from frontend.parsers.composite import ChoiceSetup, OutputParser, ParsedOutput
 from frontend.parsers.tokenizer import ParserTokenizer
-from frontend.parsers.tool.base import ToolParser
 from frontend.parsers.types import DeltaToolCall, ParsedDelta, ToolCall
 
 START_THINKING, END_THINKING = "<|START_THINKING|>", "<|END_THINKING|>"
@@ -66,24 +64,13 @@ class CohereOutputParser(OutputParser):
     """One choice's output through melody (vLLM's ``CohereCommandParser``), in
     place of the composite's reasoning-then-tools pipeline."""
 
-    def __init__(
-        self,
-        tokenizer: ParserTokenizer,
-        *,
-        tool_parser: type[ToolParser] | None = None,
-        reasoning_parser: type[ReasoningParser] | None = None,
-        tools: list[dict] | None = None,
-        tool_choice: object = None,
-        include_reasoning: bool = True,
-        chat_template_kwargs: dict | None = None,
-        prompt_token_ids: Sequence[int] = (),
-    ) -> None:
-        shim: Any = reasoning_parser or tool_parser
+    def __init__(self, tokenizer: ParserTokenizer, setup: ChoiceSetup) -> None:
+        shim: Any = setup.reasoning_parser or setup.tool_parser
         self._preset = shim.melody_preset
         self._stream: Any = None
-        self.tools_allowed = tool_parser is not None and tool_choice != "none"
-        self.has_reasoning_parser = reasoning_parser is not None
-        self.include_reasoning = include_reasoning
+        self.tools_allowed = setup.tool_parser is not None and setup.tool_choice != "none"
+        self.has_reasoning_parser = setup.reasoning_parser is not None
+        self.include_reasoning = setup.include_reasoning
         self._start_id = tokenizer.vocab.get(START_THINKING)
         self._end_id = tokenizer.vocab.get(END_THINKING)
         self._chatbot_id = tokenizer.vocab.get(CHATBOT)

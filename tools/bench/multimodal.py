@@ -51,7 +51,8 @@ from typing import Any
 from harness import procs
 from harness.ports import HOST
 from tools.bench.loadgen import Client, Workload
-from tools.bench.run import Stack, log, machine_info, measure
+from tools.bench.page import write_section
+from tools.bench.run import Stack, add_stack_arguments, log, machine_info, measure
 
 REPO = procs.REPO_ROOT
 SECTION = "## Multimodal: one-image chat"
@@ -440,7 +441,7 @@ def section(results: dict[str, Any], json_name: str, png_name: str) -> list[str]
     return lines + [""]
 
 
-def plot(results: dict[str, Any], png: Path) -> None:
+def plot(results: dict[str, Any]) -> Any:
     """Requests/s and p99 TTFT per point, the frontends side by side."""
     import matplotlib
 
@@ -470,29 +471,11 @@ def plot(results: dict[str, Any], png: Path) -> None:
         ax.set_title(title, fontsize=10)
     axes[0].legend(fontsize=8)
     fig.suptitle("One-image streaming chat, tiny Idefics3 on the CPU engine")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    return fig
 
 
 def write(results: dict[str, Any], out_dir: Path) -> Path:
-    json_path = out_dir / "benchmarks-multimodal.json"
-    png_path = out_dir / "benchmarks-multimodal.png"
-    json_path.write_text(json.dumps(results, indent=1) + "\n")
-    try:
-        plot(results, png_path)
-    except ImportError:
-        log("matplotlib is missing (pip install -e '.[bench]'): no figure")
-    md = out_dir / "benchmarks.md"
-    text = md.read_text() if md.exists() else "# Benchmarks\n"
-    new = "\n".join(section(results, json_path.name, png_path.name))
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + new
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + new + (text[end + 1 :] if end >= 0 else "")
-    md.write_text(text.rstrip("\n") + "\n")
-    return md
+    return write_section(results, out_dir, "benchmarks-multimodal", SECTION, section, plot)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -518,12 +501,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="a VLM directory (default: build the tiny Idefics3)",
     )
-    p.add_argument("--frontend-cpu", type=int, default=0)
-    p.add_argument("--other-cpu", type=int, default=1)
-    p.add_argument("--nice", type=int, default=0)
-    p.add_argument("--start-timeout", type=float, default=600.0)
-    p.add_argument("--out-dir", type=Path, default=REPO / "docs")
-    p.add_argument("--logdir", type=Path, default=None)
+    add_stack_arguments(p)
     p.add_argument(
         "--baseline-tree",
         type=Path,

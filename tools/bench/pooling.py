@@ -31,8 +31,9 @@ from typing import Any
 from harness import procs
 from harness.ports import HOST
 from tools.bench.loadgen import Client, Workload
+from tools.bench.page import write_section
 from tools.bench.prompts import make_prompts
-from tools.bench.run import Stack, log, machine_info, measure
+from tools.bench.run import Stack, add_stack_arguments, log, machine_info, measure
 
 REPO = procs.REPO_ROOT
 POOLING_FLAGS = ["--runner", "pooling", "--convert", "embed"]
@@ -165,7 +166,7 @@ def section(results: dict[str, Any], json_name: str, png_name: str) -> list[str]
     return lines + [""]
 
 
-def plot(results: dict[str, Any], png: Path) -> None:
+def plot(results: dict[str, Any]) -> Any:
     """One row per point: requests/s and frontend CPU per request, side by side."""
     import matplotlib
     matplotlib.use("Agg")
@@ -183,29 +184,11 @@ def plot(results: dict[str, Any], png: Path) -> None:
             ax.bar_label(bars, fmt="%.3g")
             ax.set_title(f"{point}: {title}", fontsize=10)
     fig.suptitle("/v1/embeddings on the mock engine (medians)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    return fig
 
 
 def write(results: dict[str, Any], out_dir: Path) -> Path:
-    json_path = out_dir / "benchmarks-pooling.json"
-    png_path = out_dir / "benchmarks-pooling.png"
-    json_path.write_text(json.dumps(results, indent=1) + "\n")
-    try:
-        plot(results, png_path)
-    except ImportError:
-        log("matplotlib is missing (pip install -e '.[bench]'): no figure")
-    md = out_dir / "benchmarks.md"
-    text = md.read_text() if md.exists() else "# Benchmarks\n"
-    new = "\n".join(section(results, json_path.name, png_path.name))
-    start = text.find(SECTION)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + new
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + new + (text[end + 1:] if end >= 0 else "")
-    md.write_text(text.rstrip("\n") + "\n")
-    return md
+    return write_section(results, out_dir, "benchmarks-pooling", SECTION, section, plot)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -220,12 +203,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, default=2048, help="the mock's --max-num-seqs")
     p.add_argument("--model", type=Path, default=None,
                    help="an embedding model directory (default: build the tiny embedder)")
-    p.add_argument("--frontend-cpu", type=int, default=0)
-    p.add_argument("--other-cpu", type=int, default=1)
-    p.add_argument("--nice", type=int, default=0)
-    p.add_argument("--start-timeout", type=float, default=600.0)
-    p.add_argument("--out-dir", type=Path, default=REPO / "docs")
-    p.add_argument("--logdir", type=Path, default=None)
+    add_stack_arguments(p)
     args = p.parse_args(argv)
     args.argv = list(argv or [])
     if args.repeats is None:

@@ -248,6 +248,18 @@ class Stack:
                 p.stop()
 
 
+def add_stack_arguments(p: argparse.ArgumentParser) -> None:
+    """The :class:`Stack` options of the benchmarks of one section (pooling,
+    multimodal): the cores and nice value its processes run at, how long
+    they may take to start, and where the page and the logs go."""
+    p.add_argument("--frontend-cpu", type=int, default=0)
+    p.add_argument("--other-cpu", type=int, default=1)
+    p.add_argument("--nice", type=int, default=0)
+    p.add_argument("--start-timeout", type=float, default=600.0)
+    p.add_argument("--out-dir", type=Path, default=REPO / "docs")
+    p.add_argument("--logdir", type=Path, default=None)
+
+
 # ------------------------------------------------------------------ measuring
 def snapshot(stack: Stack | None, extra_pids: list[int] | None = None) -> dict[str, Any]:
     s: dict[str, Any] = {"wall": time.monotonic(), "cores": procs.core_times(),

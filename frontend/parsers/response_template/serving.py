@@ -18,12 +18,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from frontend.parsers.composite import OutputParser, ParsedOutput
-from frontend.parsers.reasoning.base import ReasoningParser
+from frontend.parsers.composite import ChoiceSetup, OutputParser, ParsedOutput
 from frontend.parsers.response_template.stream import ResponseParser
 from frontend.parsers.response_template.template import ResponseTemplate, load_response_template
 from frontend.parsers.tokenizer import ParserTokenizer
-from frontend.parsers.tool.base import ToolParser
 from frontend.parsers.types import DeltaToolCall, ParsedDelta, ToolCall, make_tool_call_id
 
 logger = logging.getLogger(__name__)
@@ -268,26 +266,17 @@ class ResponseTemplateOutputParser(OutputParser):
     ``ResponseTemplateParser``), in place of the composite's reasoning-then-tools
     pipeline: every method of :class:`OutputParser` the routes call is its own."""
 
-    def __init__(
-        self,
-        tokenizer: ParserTokenizer,
-        *,
-        tool_parser: type[ToolParser] | None = None,
-        reasoning_parser: type[ReasoningParser] | None = None,
-        tools: list[dict] | None = None,
-        tool_choice: object = None,
-        include_reasoning: bool = True,
-        chat_template_kwargs: dict | None = None,
-        prompt_token_ids: Sequence[int] = (),
-    ) -> None:
+    def __init__(self, tokenizer: ParserTokenizer, setup: ChoiceSetup) -> None:
         self.template = streaming_template(tokenizer)
-        self.parse_reasoning = reasoning_parser is not None
-        self.parse_tools = tool_parser is not None and tool_parsing_enabled(tool_choice)
-        self.include_reasoning = include_reasoning
-        self._thinking_disabled = not (chat_template_kwargs or {}).get("enable_thinking", True)
-        self._tools = [t for t in tools or () if isinstance(t.get("function"), dict)]
+        self.parse_reasoning = setup.reasoning_parser is not None
+        self.parse_tools = setup.tool_parser is not None and tool_parsing_enabled(setup.tool_choice)
+        self.include_reasoning = setup.include_reasoning
+        self._thinking_disabled = not (setup.chat_template_kwargs or {}).get(
+            "enable_thinking", True
+        )
+        self._tools = [t for t in setup.tools or () if isinstance(t.get("function"), dict)]
         self._tokenizer = tokenizer
-        self._prefix = tokenizer.decode(list(prompt_token_ids))
+        self._prefix = tokenizer.decode(list(setup.prompt_token_ids))
         self._stream: _Stream | None = None
         self.tools_streamed = False
 

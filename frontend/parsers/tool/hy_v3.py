@@ -23,9 +23,8 @@ import json
 import re
 from collections.abc import Sequence
 
-from frontend.parsers.text_so_far import TextSoFarToolParser
 from frontend.parsers.tokenizer import ParserTokenizer
-from frontend.parsers.tool.hy_values import is_only_string, parse_value
+from frontend.parsers.tool.hy_values import HyArgumentsParser, parse_value
 from frontend.parsers.types import (
     DeltaToolCall,
     ExtractedToolCalls,
@@ -39,7 +38,7 @@ def _suffix(tokenizer: ParserTokenizer) -> str:
     return tokenizer.init_kwargs.get("token_suffix") or ""
 
 
-class HYV3ToolParser(TextSoFarToolParser):
+class HYV3ToolParser(HyArgumentsParser):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         suffix = _suffix(self.tokenizer)
@@ -68,11 +67,6 @@ class HYV3ToolParser(TextSoFarToolParser):
         for token in (f"<tool_calls{suffix}>", f"</tool_calls{suffix}>"):
             if token not in tokenizer.vocab:
                 raise ValueError(f"the hy_v3 tool parser needs the {token} token")
-
-    def _reset_call(self) -> None:
-        self._name: str | None = None
-        self._completed: dict = {}
-        self._sent_len = 0
 
     # -- whole -------------------------------------------------------------------
 
@@ -147,64 +141,18 @@ class HYV3ToolParser(TextSoFarToolParser):
                 return name_delta
         return self._stream_arguments(name_delta)
 
-    def _snapshot(self, args_text: str) -> str:
-        """The arguments so far as JSON: closed pairs, then an open string
-        value without its closing quote."""
-        name = self._name or ""
-        for key, value in self.args_re.findall(args_text):
-            key = key.strip()
-            if key not in self._completed:
-                self._completed[key] = parse_value(value, self.tools, name, key)
-        last_end = 0
-        for match in self.args_re.finditer(args_text):
-            last_end = match.end()
-        tail = args_text[last_end:]
-        parts = [
-            f"{json.dumps(k, ensure_ascii=False)}: {json.dumps(v, ensure_ascii=False)}"
-            for k, v in self._completed.items()
-        ]
-        key_start = tail.find(self.key_start)
-        if key_start != -1:
-            key_end = tail.find(self.key_end, key_start + len(self.key_start))
-            if key_end != -1:
-                key = tail[key_start + len(self.key_start) : key_end].strip()
-                is_string = is_only_string(self.tools, name, key)
-                value_start = tail.find(self.value_start, key_end)
-                if value_start != -1 and is_string:
-                    value = tail[value_start + len(self.value_start) :]
-                    escaped = (
-                        value.replace("\\", "\\\\")
-                        .replace('"', '\\"')
-                        .replace("\n", "\\n")
-                        .replace("\r", "\\r")
-                        .replace("\t", "\\t")
-                    )
-                    parts.append(f'{json.dumps(key, ensure_ascii=False)}: "{escaped}')
-        return "{" + ", ".join(parts) + "}"
+    def _open_value(self, raw: str) -> str:
+        # vLLM's hy_v3 escapes these five only (hy_v4 the whole of JSON's set).
+        return (
+            raw.replace("\\", "\\\\")
+            .replace('"', '\\"')
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
+            .replace("\t", "\\t")
+        )
 
     def _stream_arguments(self, name_delta: ParsedDelta | None) -> ParsedDelta | None:
-        buf = self._buffer
-        complete = self.call_end in buf
-        if complete:
-            end = buf.find(self.call_end)
-            args_text, remaining = buf[:end], buf[end + len(self.call_end) :]
-        else:
-            args_text, remaining = buf, ""
-        snapshot = self._snapshot(args_text)
-        diff: str | None = None
-        if complete:
-            final = json.dumps(self._completed, ensure_ascii=False)
-            if self._sent_len < len(final):
-                diff = final[self._sent_len :]
-            self.prev_tool_call_arr.append({"name": self._name, "arguments": self._completed})
-            self.streamed_args_for_tool.append(final)
-            self._reset_call()
-            self._buffer = remaining
-        else:
-            end = len(snapshot) - 1  # the "}" waits for </tool_call>
-            if end > self._sent_len:
-                diff = snapshot[self._sent_len : end]
-                self._sent_len = end
+        diff, complete = self._arguments_diff()
         delta: ParsedDelta | None
         if name_delta is not None:
             delta = name_delta

@@ -1,4 +1,5 @@
-"""Hunyuan's ``<arg_value>`` texts as the tool schema types them.
+"""Hunyuan's ``<arg_value>`` texts as the tool schema types them, and the
+arguments object streamed from them.
 
 vLLM's ``hy_v3`` and ``hy_v4`` tool parsers share these rules (each keeps
 its own copy): the parameter's schema gives a set of types (``type``, a
@@ -8,15 +9,21 @@ becomes, in this order, a boolean, an integer, a number (a float only with
 ``.``/``e``/``E``), JSON for any other type, the text itself for a string,
 else whatever JSON or a Python literal makes of it.  Schemas of unexpected
 shapes raise as vLLM's do (its callers catch it).
+
+They stream a call's arguments alike too (:class:`HyArgumentsParser`): a
+JSON object of the closed pairs, a string-only value growing in it, its
+``}`` at ``</tool_call>``.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import warnings
 from typing import Any
 
+from frontend.parsers.text_so_far import TextSoFarToolParser
 from frontend.parsers.types import tool_function
 
 _TYPE_ALIASES: dict[str, str] = {
@@ -141,3 +148,80 @@ def parse_value(value: str, tools: list[dict] | None, function_name: str, key: s
     if "string" in types:
         return value
     return _deserialize(value)
+
+
+class HyArgumentsParser(TextSoFarToolParser):
+    """The streamed arguments of one Hunyuan call.  A subclass sets the
+    markers and ``args_re`` (key, value) in ``__init__``, then ``_buffer``
+    and :meth:`_reset_call`, and says how an open string value is written."""
+
+    key_start: str
+    key_end: str
+    value_start: str
+    call_end: str
+    args_re: re.Pattern[str]
+    _buffer: str
+
+    def _reset_call(self) -> None:
+        self._name: str | None = None
+        self._completed: dict = {}
+        self._sent_len = 0
+
+    def _open_value(self, raw: str) -> str:
+        """An open string value's text so far, escaped for JSON."""
+        raise NotImplementedError
+
+    def _snapshot(self, args_text: str) -> str:
+        """The arguments so far as JSON: closed pairs, then an open string
+        value without its closing quote."""
+        name = self._name or ""
+        for key, value in self.args_re.findall(args_text):
+            key = key.strip()
+            if key not in self._completed:
+                self._completed[key] = parse_value(value, self.tools, name, key)
+        last_end = 0
+        for match in self.args_re.finditer(args_text):
+            last_end = match.end()
+        tail = args_text[last_end:]
+        parts = [
+            f"{json.dumps(k, ensure_ascii=False)}: {json.dumps(v, ensure_ascii=False)}"
+            for k, v in self._completed.items()
+        ]
+        key_start = tail.find(self.key_start)
+        if key_start != -1:
+            key_end = tail.find(self.key_end, key_start + len(self.key_start))
+            if key_end != -1:
+                key = tail[key_start + len(self.key_start) : key_end].strip()
+                is_string = is_only_string(self.tools, name, key)
+                value_start = tail.find(self.value_start, key_end)
+                if value_start != -1 and is_string:
+                    escaped = self._open_value(tail[value_start + len(self.value_start) :])
+                    parts.append(f'{json.dumps(key, ensure_ascii=False)}: "{escaped}')
+        return "{" + ", ".join(parts) + "}"
+
+    def _arguments_diff(self) -> tuple[str | None, bool]:
+        """(the arguments text not sent yet, whether the call closed).  A
+        closed call is recorded and the buffer left after its end."""
+        buf = self._buffer
+        complete = self.call_end in buf
+        if complete:
+            end = buf.find(self.call_end)
+            args_text, remaining = buf[:end], buf[end + len(self.call_end) :]
+        else:
+            args_text, remaining = buf, ""
+        snapshot = self._snapshot(args_text)
+        diff: str | None = None
+        if complete:
+            final = json.dumps(self._completed, ensure_ascii=False)
+            if self._sent_len < len(final):
+                diff = final[self._sent_len :]
+            self.prev_tool_call_arr.append({"name": self._name, "arguments": self._completed})
+            self.streamed_args_for_tool.append(final)
+            self._reset_call()
+            self._buffer = remaining
+        else:
+            end = len(snapshot) - 1  # the "}" waits for </tool_call>
+            if end > self._sent_len:
+                diff = snapshot[self._sent_len : end]
+                self._sent_len = end
+        return diff, complete
