@@ -57,6 +57,21 @@ def test_load_generator_counts_tokens_and_latencies(trivial_server, stream):
     assert r.requests_sent <= 400 + 4
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_aiohttp_floor_answers_as_the_raw_one(stream):
+    """``--aiohttp`` (the framework's floor) gives the load generator the same
+    answers: every token counted, no error."""
+    import uvloop
+
+    with running_trivial_server("--aiohttp") as port:
+        client = Client(HOST, port, ["hello world"] * 4)
+        r = uvloop.run(run_point(client, Workload("t", 4, stream=stream, max_tokens=16), 0.5,
+                                 max_requests=200))
+    assert r.errors == 0 and r.bad_token_counts == 0 and r.measured > 0
+    if stream:
+        assert r.ttft_ms["n"] == r.measured and r.itl_ms["n"] > 0
+
+
 def test_prompts_have_exactly_the_asked_number_of_tokens(tiny_model_dir):
     from tokenizers import Tokenizer
 

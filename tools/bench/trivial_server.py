@@ -12,7 +12,13 @@ With ``--step-time S`` the streams are paced as a GPU engine paces a
 frontend: one timer every S seconds writes one chunk to every open stream
 (one write each), so its CPU per chunk is the floor in that regime.
 
-    python -m tools.bench.trivial_server --port 8123 [--step-time 0.002]
+    python -m tools.bench.trivial_server --port 8123 [--step-time 0.002] [--aiohttp]
+
+With ``--aiohttp`` the same answers come from an aiohttp application (one
+route, no middleware, no access log; paced streams all wait for one clock
+that ticks every STEP_TIME seconds, as a frontend's wait for engine steps):
+the difference to the raw server is what the framework itself costs per
+request and per chunk, which no code of ours on top of it can win back.
 """
 
 from __future__ import annotations
@@ -113,15 +119,8 @@ class Handler(asyncio.Protocol):
 
     async def _serve(self) -> None:
         while self.queue and not self.transport.is_closing():
-            body = self.queue.pop(0)
-            m = _MAX_TOKENS.search(body)
-            tokens = int(m.group(1)) if m else 16
-            m = _N.search(body)
-            n = int(m.group(1)) if m else 1
-            total = tokens * n
-            usage = {"prompt_tokens": 128, "completion_tokens": total,
-                     "total_tokens": 128 + total}
-            if _STREAM.search(body):
+            stream, total, usage = _answer(self.queue.pop(0))
+            if stream:
                 self.transport.write(HEAD_STREAM)
                 if TICKER is not None:
                     self.done = asyncio.get_running_loop().create_future()
@@ -135,17 +134,10 @@ class Handler(asyncio.Protocol):
                         await asyncio.sleep(0)
                 if self.transport.is_closing():
                     return
-                last = json.dumps({"id": "cmpl-0", "object": "text_completion",
-                                   "created": 1700000000, "model": "tiny", "choices": [],
-                                   "usage": usage}, separators=(",", ":")).encode()
-                self.transport.write(_chunk(b"data: " + last + b"\n\n")
+                self.transport.write(_chunk(b"data: " + _usage_chunk(usage) + b"\n\n")
                                      + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
             else:
-                payload = json.dumps({
-                    "id": "cmpl-0", "object": "text_completion", "created": 1700000000,
-                    "model": "tiny", "choices": [{"index": 0, "text": " word" * tokens,
-                                                  "logprobs": None, "finish_reason": "length"}],
-                    "usage": usage}).encode()
+                payload = _full_body(total, usage)
                 self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                      b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
         self.busy = False
@@ -153,6 +145,81 @@ class Handler(asyncio.Protocol):
     def stream_done(self) -> None:
         if not self.done.done():
             self.done.set_result(None)
+
+
+def _answer(body: bytes) -> tuple[bool, int, dict]:
+    """A request body -> (stream, chunks to send, usage)."""
+    m = _MAX_TOKENS.search(body)
+    tokens = int(m.group(1)) if m else 16
+    m = _N.search(body)
+    total = tokens * (int(m.group(1)) if m else 1)
+    usage = {"prompt_tokens": 128, "completion_tokens": total, "total_tokens": 128 + total}
+    return bool(_STREAM.search(body)), total, usage
+
+
+def _usage_chunk(usage: dict) -> bytes:
+    return json.dumps({"id": "cmpl-0", "object": "text_completion", "created": 1700000000,
+                       "model": "tiny", "choices": [], "usage": usage},
+                      separators=(",", ":")).encode()
+
+
+def _full_body(total: int, usage: dict) -> bytes:
+    return json.dumps({
+        "id": "cmpl-0", "object": "text_completion", "created": 1700000000,
+        "model": "tiny", "choices": [{"index": 0, "text": " word" * total,
+                                      "logprobs": None, "finish_reason": "length"}],
+        "usage": usage}).encode()
+
+
+class StepClock:
+    """One tick every ``step`` seconds that every waiting stream wakes on."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.tick: asyncio.Future | None = None
+
+    async def wait(self) -> None:
+        if self.step <= 0:
+            await asyncio.sleep(0)
+            return
+        if self.tick is None:
+            loop = asyncio.get_running_loop()
+            self.tick = loop.create_future()
+            loop.call_later(self.step, self._fire)
+        await self.tick
+
+    def _fire(self) -> None:
+        tick, self.tick = self.tick, None
+        assert tick is not None
+        tick.set_result(None)
+
+
+async def serve_aiohttp(host: str, port: int, step_time: float = 0.0) -> None:
+    from aiohttp import web
+
+    clock = StepClock(step_time)
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        stream, total, usage = _answer(await request.read())
+        if not stream:
+            return web.Response(body=_full_body(total, usage), content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        for _ in range(total):
+            await clock.wait()
+            await response.write(CHUNK)
+        await response.write(b"data: " + _usage_chunk(usage) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, backlog=1024).start()
+    await asyncio.Event().wait()
 
 
 async def serve(host: str, port: int, step_time: float = 0.0) -> None:
@@ -170,10 +237,13 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--step-time", type=float, default=0.0,
                    help="pace the streams: one chunk per stream every STEP_TIME seconds")
+    p.add_argument("--aiohttp", action="store_true",
+                   help="answer through a bare aiohttp application (the framework's floor)")
     args = p.parse_args()
     try:
         import uvloop
-        uvloop.run(serve(args.host, args.port, args.step_time))
+        run = serve_aiohttp if args.aiohttp else serve
+        uvloop.run(run(args.host, args.port, args.step_time))
     except KeyboardInterrupt:
         pass
 
