@@ -207,6 +207,23 @@ def test_paced_suite_points_and_floor():
         "stream-c64@0ms"]
 
 
+def test_the_floor_runs_through_aiohttp_too_when_asked(tmp_path):
+    """--floor-aiohttp: every floor point also through the bare aiohttp server,
+    named apart, with the server's CPU measured."""
+    from tools.bench import run
+
+    args = run.parse_args(["--suite", "paced", "--floor-aiohttp", "--concurrency", "4",
+                           "--step-times", "0.002", "--rate-concurrency", "4",
+                           "--rate-max-tokens", "1", "--ceiling-duration", "0.5",
+                           "--frontend-cpu", "0"])
+    rows = run.floor(args, ["hello world"] * 4, tmp_path, 0)
+    points = {(r["point"], r["server"]) for r in rows}
+    assert points == {(p + s, k) for p in ("stream-c4@0ms", "stream-c4@2ms", "plain-mt1-c4@0ms")
+                      for s, k in (("", "raw"), (" (aiohttp)", "aiohttp"))}
+    for r in rows:  # (CPU is read in clock ticks: a short window may read 0)
+        assert r["errors"] == 0 and r["tok_s"] > 0 and r["server_cpu_ms_per_req"] >= 0, r
+
+
 def test_report_renders_the_paced_section(tmp_path):
     from tools.bench import report
 

@@ -387,21 +387,24 @@ def floor(args: argparse.Namespace, prompts: list[str], logdir: Path,
     by_step: dict[float, list[Workload]] = {}
     for st, w in floor_points(args):
         by_step.setdefault(st, []).append(w)
-    for st, loads in by_step.items():
+    kinds = ("raw", "aiohttp") if args.floor_aiohttp else ("raw",)
+    for (st, loads), kind in ((item, k) for item in by_step.items() for k in kinds):
         port = free_port()
         server = procs.Proc("trivial server", [
             sys.executable, "-m", "tools.bench.trivial_server", "--port", str(port),
-            "--step-time", str(st)], args.frontend_cpu,
-            logdir / f"trivial-server-r{rep}-{st * 1000:g}ms.log", nice=args.nice)
+            "--step-time", str(st), *(["--aiohttp"] if kind == "aiohttp" else [])],
+            args.frontend_cpu,
+            logdir / f"trivial-server-{kind}-r{rep}-{st * 1000:g}ms.log", nice=args.nice)
         try:
-            wait_listening(HOST, port, 10)
+            wait_listening(HOST, port, 60)  # (a loaded host starts it slowly)
             client = Client(HOST, port, prompts, model=SERVED)
             for w in loads:
                 r = measure(client, w, args.ceiling_duration, args.max_requests, None,
                             extra_pids=[server.pid])
-                r.update(point=point_name(w, st), step_time=st, repeat=rep)
+                suffix = "" if kind == "raw" else " (aiohttp)"
+                r.update(point=point_name(w, st) + suffix, step_time=st, repeat=rep, server=kind)
                 out.append(r)
-                log(f"  floor {r['point']:20} {r['tok_s']:9,.0f} chunks/s "
+                log(f"  floor {r['point']:30} {r['tok_s']:9,.0f} chunks/s "
                     f"{r['req_s']:8.1f} req/s  server CPU {r['server_cpu_share']:4.0%} "
                     f"({_fmt(r['server_cpu_s_per_1k_tok'], 4)} s/1k chunks, "
                     f"{_fmt(r['server_cpu_ms_per_req'], 3)} ms/req)  "
@@ -502,6 +505,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="paced suite: max_tokens of the request-rate points")
     p.add_argument("--no-floor", action="store_true",
                    help="paced suite: skip the trivial server's floor (A/B runs of one frontend)")
+    p.add_argument("--floor-aiohttp", action="store_true",
+                   help="paced suite: the floor through a bare aiohttp application too "
+                        "(trivial_server --aiohttp: what the framework alone costs)")
     p.add_argument("--baseline", type=Path, default=None,
                    help="paced suite: an earlier benchmarks-paced.json to compare RSS, "
                         "start-up and p99 TTFT with")
