@@ -39,6 +39,11 @@ class Worker:
         self._queued = 0  # requests waiting for the pipe
 
     @property
+    def stdin(self) -> asyncio.StreamWriter:
+        assert self.proc.stdin is not None
+        return self.proc.stdin
+
+    @property
     def serving(self) -> bool:
         return self.ready_at is not None and self.gone is None
 
@@ -52,13 +57,14 @@ class Worker:
         """Send the settings and wait for its ready answer; then read its answers.
         Raises WorkerGone (after killing a worker that did not answer in time)."""
         try:
-            self.proc.stdin.write(mm_worker.encode(settings))
+            self.stdin.write(mm_worker.encode(settings))
             await self._drain()
             await asyncio.wait_for(self.receive(), timeout)
         except TimeoutError:
             self.proc.kill()
-            self.fail(WorkerGone(f"processor worker {self.proc.pid} not ready after {timeout:g} s"))
-            raise self.gone from None
+            error = WorkerGone(f"processor worker {self.proc.pid} not ready after {timeout:g} s")
+            self.fail(error)
+            raise error from None
         except WorkerGone as e:
             self.fail(e)
             raise
@@ -75,10 +81,10 @@ class Worker:
             self._queued -= 1
         try:
             if self.gone is not None:
-                raise self.gone
+                raise WorkerGone(str(self.gone))
             future = asyncio.get_running_loop().create_future()
             self.pending[request_id] = future
-            self.proc.stdin.write(mm_worker.encode(message))
+            self.stdin.write(mm_worker.encode(message))
             await self._drain()
         finally:
             self._writing.release()
@@ -92,7 +98,7 @@ class Worker:
         if future is None:  # never written, or answered already
             return
         future.cancel()  # (whatever comes for it now is dropped)
-        self.proc.stdin.write(mm_worker.encode({"cancel": request_id}))  # a few bytes
+        self.stdin.write(mm_worker.encode({"cancel": request_id}))  # a few bytes
         if past_deadline:
             loop = asyncio.get_running_loop()
             loop.call_later(STUCK_GRACE_S, self._kill_if_stuck, request_id)
@@ -109,7 +115,7 @@ class Worker:
 
     async def _drain(self) -> None:
         try:
-            await self.proc.stdin.drain()
+            await self.stdin.drain()
         except ConnectionError:
             raise WorkerGone(f"processor worker {self.proc.pid} exited") from None
 
