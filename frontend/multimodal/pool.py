@@ -94,7 +94,8 @@ class ProcessorPool:
 
     async def spawn(self) -> None:
         """Start the processes (they import vLLM while the engine starts)."""
-        self.workers = [await start_process() for _ in range(self.settings.workers)]
+        for _ in range(self.settings.workers):
+            self.workers.append(await start_process())
 
     async def configure(self, max_model_len: int, dtype: str) -> None:
         """Build each worker's renderer for the attached engine's context length

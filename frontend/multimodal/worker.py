@@ -9,6 +9,7 @@ request handlers rather than piling up in the main process's write buffer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -59,7 +60,8 @@ class Worker:
         try:
             self.stdin.write(mm_worker.encode(settings))
             await self._drain()
-            await asyncio.wait_for(self.receive(), timeout)
+            async with asyncio.timeout(timeout):  # (wait_for may swallow a cancel in 3.11)
+                await self.receive()
         except TimeoutError:
             self.proc.kill()
             error = WorkerGone(f"processor worker {self.proc.pid} not ready after {timeout:g} s")
@@ -114,10 +116,8 @@ class Worker:
             self.proc.kill()
 
     async def _drain(self) -> None:
-        try:
+        with contextlib.suppress(ConnectionError):  # it died: read_answers fails its requests
             await self.stdin.drain()
-        except ConnectionError:
-            raise WorkerGone(f"processor worker {self.proc.pid} exited") from None
 
     async def receive(self) -> Any:
         stdout = self.proc.stdout
@@ -139,6 +139,9 @@ class Worker:
                     future.set_result(answer)
         except WorkerGone as e:
             self.fail(e)
+        except Exception as e:  # (say a C library's print on its stdout): no more answers
+            self.proc.kill()
+            self.fail(WorkerGone(f"processor worker {self.proc.pid} sent a malformed answer: {e}"))
 
     def fail(self, error: WorkerGone) -> None:
         """No more answers: every request still waiting gets ``error``."""
@@ -152,7 +155,8 @@ class Worker:
     async def stop(self) -> None:
         """Wait for the process to exit (told to, or dead), killing it if it lingers."""
         try:
-            await asyncio.wait_for(self.proc.wait(), STOP_TIMEOUT_S)
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await self.proc.wait()
         except TimeoutError:
             self.proc.kill()
             await self.proc.wait()
