@@ -6,11 +6,18 @@ chat request's body and gets back the prompt (token ids, text, the parsed
 conversation) and the encoded ``mm_features``. Requests go to the worker with
 the fewest in flight. A request whose client leaves is cancelled in its
 worker (a media fetch stops there), and nothing of it reaches the engine.
+
+Nothing lost, nothing leaked: a worker that dies fails the requests it had
+(500) and another starts in its place (backing off while they die at
+start-up); a request past ``--mm-processor-timeout`` gets a 500 and is
+cancelled in its worker, and a worker that cannot even take that cancel is
+killed and replaced (see worker.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -19,13 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from frontend.errors import ApiError
-from protocol import mm_worker
+from frontend.multimodal.worker import Worker, WorkerGone
 
 log = logging.getLogger("frontend.multimodal")
 
 WORKER_MODULE = "engine_core.mm_processor"
 READY_TIMEOUT_S = 300.0
-STOP_TIMEOUT_S = 5.0
+RESPAWN_FIRST_DELAY_S = 1.0
+RESPAWN_MAX_DELAY_S = 60.0
+DEFAULT_TIMEOUT_S = 120.0
 NO_WORKER = "no multimodal processor worker is running (see the frontend's log)"
 
 
@@ -41,6 +50,7 @@ class Settings:
     engine_args: dict[str, Any]
     renderer: dict[str, Any]
     workers: int = field(default_factory=default_workers)
+    timeout: float = DEFAULT_TIMEOUT_S  # seconds a request may take in a worker; 0: no limit
 
 
 @dataclass
@@ -54,49 +64,25 @@ class Processed:
     placeholders: dict[str, list[dict[str, int]]]  # modality -> [{"offset", "length"}]
 
 
-class WorkerGone(Exception):
-    pass
+async def start_process() -> Worker:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        WORKER_MODULE,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        limit=1 << 30,
+    )
+    return Worker(proc)
 
 
-class Worker:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.pending: dict[int, asyncio.Future] = {}
-        self.reader: asyncio.Task | None = None
-        self.alive = True
-
-    def send(self, message: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(mm_worker.encode(message))
-
-    async def receive(self) -> Any:
-        stdout = self.proc.stdout
-        assert stdout is not None
-        try:
-            header = await stdout.readexactly(mm_worker.HEADER.size)
-            (size,) = mm_worker.HEADER.unpack(header)
-            return mm_worker.decode(await stdout.readexactly(size))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            raise WorkerGone(f"processor worker {self.proc.pid} exited") from None
-
-    async def read_answers(self) -> None:
-        try:
-            while True:
-                answer = await self.receive()
-                future = self.pending.pop(answer["id"], None)
-                if future is not None and not future.done():
-                    future.set_result(answer)
-        except WorkerGone as e:
-            self.fail(e)
-            log.error("%s (status %s)", e, self.proc.returncode)
-
-    def fail(self, error: WorkerGone) -> None:
-        """No more answers: every request still waiting gets ``error``."""
-        self.alive = False
-        for future in self.pending.values():
-            if not future.done():
-                future.set_exception(error)
-        self.pending.clear()
+def respawn_delay(previous: float, uptime: float) -> float:
+    """The wait before starting a dead worker's successor: short after one that
+    served a while, doubling while they die young (a worker that dies at
+    start-up must not spin)."""
+    if not previous or uptime >= RESPAWN_MAX_DELAY_S:
+        return RESPAWN_FIRST_DELAY_S
+    return min(2 * previous, RESPAWN_MAX_DELAY_S)
 
 
 class ProcessorPool:
@@ -104,19 +90,12 @@ class ProcessorPool:
         self.settings = settings
         self.workers: list[Worker] = []
         self._ids = itertools.count()
+        self._keepers: list[asyncio.Task] = []
 
     async def spawn(self) -> None:
         """Start the processes (they import vLLM while the engine starts)."""
         for _ in range(self.settings.workers):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                WORKER_MODULE,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                limit=1 << 30,
-            )
-            self.workers.append(Worker(proc))
+            self.workers.append(await start_process())
 
     async def configure(self, max_model_len: int, dtype: str) -> None:
         """Build each worker's renderer for the attached engine's context length
@@ -124,18 +103,45 @@ class ProcessorPool:
         engine_args = {**self.settings.engine_args, "max_model_len": max_model_len}
         if dtype:
             engine_args["dtype"] = dtype.removeprefix("torch.")
-        for worker in self.workers:
-            worker.send({"engine_args": engine_args, "renderer": self.settings.renderer})
-        answers = [asyncio.wait_for(w.receive(), READY_TIMEOUT_S) for w in self.workers]
+        setup = {"engine_args": engine_args, "renderer": self.settings.renderer}
         try:
-            await asyncio.gather(*answers)
-        except (TimeoutError, WorkerGone) as e:
+            await asyncio.gather(*(w.set_up(setup, READY_TIMEOUT_S) for w in self.workers))
+        except WorkerGone as e:
             raise RuntimeError(
                 f"a multimodal processor worker did not start ({e}); its errors are in this log"
             ) from None
-        for worker in self.workers:
-            worker.reader = asyncio.ensure_future(worker.read_answers())
+        self._keepers = [
+            asyncio.ensure_future(self._keep(slot, setup)) for slot in range(len(self.workers))
+        ]
         log.info("%d multimodal processor worker(s) ready", len(self.workers))
+
+    async def _keep(self, slot: int, setup: dict[str, Any]) -> None:
+        """Keep a worker in ``slot``: when it dies (its requests got the error),
+        start another after respawn_delay."""
+        delay = 0.0
+        while True:
+            worker = self.workers[slot]
+            if worker.reader is not None:
+                await worker.reader
+            await worker.stop()
+            delay = respawn_delay(delay, worker.uptime())
+            log.error(
+                "%s (status %s); starting another in %.1f s",
+                worker.gone,
+                worker.proc.returncode,
+                delay,
+            )
+            while True:
+                await asyncio.sleep(delay)
+                try:
+                    worker = self.workers[slot] = await start_process()
+                    break
+                except OSError as e:  # (no fork: out of memory, or of processes)
+                    delay = respawn_delay(delay, 0.0)
+                    log.error("cannot start a processor worker (%s); again in %.1f s", e, delay)
+            with contextlib.suppress(WorkerGone):  # (logged next round)
+                await worker.set_up(setup, READY_TIMEOUT_S)
+                log.info("processor worker %d ready (restarted)", worker.proc.pid)
 
     def in_flight(self) -> int:
         return sum(len(w.pending) for w in self.workers)
@@ -143,19 +149,26 @@ class ProcessorPool:
     async def process_chat(self, body: bytes, kind: str = "chat") -> Processed:
         """A chat request's body -> its prompt and features, or vLLM's ApiError;
         with ``kind="generate"``, /inference/v1/generate's token ids and features."""
-        alive = [w for w in self.workers if w.alive]
-        if not alive:
+        serving = [w for w in self.workers if w.serving]
+        if not serving:
             raise ApiError(NO_WORKER, 503, "ServiceUnavailableError")
-        worker = min(alive, key=lambda w: len(w.pending))
+        worker = min(serving, key=Worker.load)
         request_id = next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        worker.pending[request_id] = future
-        worker.send({"id": request_id, "body": body, "kind": kind})
+        timeout = self.settings.timeout
         try:
-            answer = await asyncio.shield(future)
+            async with asyncio.timeout(timeout or None):
+                message = {"id": request_id, "body": body, "kind": kind}
+                answer = await (await worker.request(request_id, message))
+        except TimeoutError:
+            worker.abandon(request_id, past_deadline=True)
+            raise ApiError(
+                f"Multimodal processing timed out after {timeout:g}s. "
+                "Adjust --mm-processor-timeout to override.",
+                500,
+                "InternalServerError",
+            ) from None
         except asyncio.CancelledError:  # the client left: stop the work there
-            if worker.pending.get(request_id) is future:
-                worker.send({"cancel": request_id})
+            worker.abandon(request_id)
             raise
         except WorkerGone as e:
             raise ApiError(str(e), 500, "InternalServerError") from None
@@ -174,15 +187,12 @@ class ProcessorPool:
         )
 
     async def close(self) -> None:
+        for task in (*self._keepers, *(w.reader for w in self.workers)):
+            if task is not None:  # no more restarts; the exits below are no failure to log
+                task.cancel()
+        await asyncio.gather(*self._keepers, return_exceptions=True)
         for worker in self.workers:
-            if worker.reader is not None:  # the exits below are no failure to log
-                worker.reader.cancel()
             worker.fail(WorkerGone("the frontend is shutting down"))
             if worker.proc.stdin is not None:
                 worker.proc.stdin.close()  # the worker's signal to exit
-        for worker in self.workers:
-            try:
-                await asyncio.wait_for(worker.proc.wait(), STOP_TIMEOUT_S)
-            except TimeoutError:
-                worker.proc.kill()
-                await worker.proc.wait()
+        await asyncio.gather(*(w.stop() for w in self.workers))

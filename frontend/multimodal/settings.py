@@ -12,7 +12,7 @@ from typing import Any
 
 from frontend.model import ModelInfo
 from frontend.multimodal.detect import is_multimodal
-from frontend.multimodal.pool import Settings, default_workers
+from frontend.multimodal.pool import DEFAULT_TIMEOUT_S, Settings, default_workers
 
 # The recorded engine flags that shape rendering and multimodal processing.
 ENGINE_FLAGS = (
@@ -39,6 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"model (default: one per four cores, 1-4; here {default_workers()}); "
         "text-only models start none",
     )
+    parser.add_argument(
+        "--mm-processor-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="the longest a request may take in a processor worker (media fetch "
+        "and decode, the model's processor; vLLM's VLLM_*_FETCH_TIMEOUT apply "
+        "inside): past it the request gets a 500, and a worker too stuck to "
+        f"cancel it is restarted (default {DEFAULT_TIMEOUT_S:g}; 0 disables)",
+    )
 
 
 def from_args(
@@ -52,6 +62,8 @@ def from_args(
     workers = args.mm_processor_workers
     if workers is not None and workers < 1:
         raise ValueError("--mm-processor-workers must be at least 1")
+    if args.mm_processor_timeout < 0:
+        raise ValueError("--mm-processor-timeout must not be negative")
     engine_args: dict[str, Any] = {
         "model": directory,
         "tokenizer": args.tokenizer,
@@ -69,7 +81,11 @@ def from_args(
         "default_chat_template_kwargs": args.default_chat_template_kwargs,
         "exclude_tools_when_tool_choice_none": args.exclude_tools_when_tool_choice_none,
     }
-    settings = Settings({k: v for k, v in engine_args.items() if v is not None}, renderer)
+    settings = Settings(
+        {k: v for k, v in engine_args.items() if v is not None},
+        renderer,
+        timeout=args.mm_processor_timeout,
+    )
     if workers is not None:
         settings.workers = workers
     return settings
