@@ -24,9 +24,16 @@ pytest_plugins = [
 ]
 
 
-# Session fixtures that start real engines shared by many modules.
+# Session fixtures that start real engines or vLLM's server, shared by many modules.
 SESSION_ENGINE_FIXTURES = frozenset(
-    {"real_stack", "vllm_frontend", "vllm_flagged", "embed_servers", "cross_encoder_servers"}
+    {
+        "real_stack",
+        "vllm_frontend",
+        "vllm_flagged",
+        "embed_servers",
+        "cross_encoder_servers",
+        "vllm_agents_on_mock",
+    }
 )
 # A test that gets one of them by name at run time (request.getfixturevalue)
 # says so with this mark, naming them: the grouping below sees only the
