@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness.engines import MODEL_ARGS, RealEngine, real_engine_command
+from harness.engines import MODEL_ARGS, RealEngine, real_engine_command, stop_all
 from harness.frontend import SERVED_NAME, FrontendProcess
 from harness.ports import HOST, free_port_triple
 from harness.waits import wait_for
@@ -58,8 +58,7 @@ class Ranks:
         return cores[0]
 
     def stop(self) -> None:
-        for engine in self.engines.values():
-            engine.stop()
+        stop_all(self.engines.values())
 
 
 @pytest.fixture(scope="module")

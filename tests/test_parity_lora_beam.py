@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from harness.engines import stop_all
 from harness.frontend import FrontendProcess
 from harness.vllm_server import VllmFrontend
 from tests import test_chat_parity as chat_parity
@@ -73,8 +74,7 @@ def servers(start_real_engine, tiny_model_dir, tiny_lora_dirs, tmp_path_factory
     finally:
         ours.stop()
         theirs.stop()
-        our_engine.stop()
-        their_engine.stop()
+        stop_all([our_engine, their_engine])
 
 
 @pytest.fixture

@@ -20,17 +20,13 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
-from harness.engine_harness import spawn_mock
 from harness.frontend import launch_mock_stack
-from harness.ports import free_port
-from harness.waits import Watch
 from tests.support.responses import assert_same, deltas, send
-from tests.support.vllm_frontend import AGENT_FLAGS
-from tests.support.vllm_parsers import VllmMultiServer
+from tests.support.vllm_frontend import AGENT_FLAGS, AGENT_MOCK_STEP_TIME
 
 pytestmark = [pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
 
-STEP_TIME = "0.008"
+STEP_TIME = AGENT_MOCK_STEP_TIME
 STREAM_STEP_TIMES = (0.008, 0.03, 0.08, 0.2)
 W = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 S = '{"name": "search", "arguments": {"q": "rain"}}'
@@ -69,21 +65,10 @@ def tokenizer(tiny_model_dir) -> Tokenizer:
     return Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model_dir, tmp_path_factory):
-    """vLLM's API server with the agent parsers, on one scripted mock."""
-    workdir = tmp_path_factory.mktemp("vllm-responses-tools")
-    port = free_port()
-    mock, control = spawn_mock(f"tcp://127.0.0.1:{port}", workdir / "mock.log",
-                               "--model", str(tiny_model_dir), "--step-time", STEP_TIME)
-    server = VllmMultiServer(tiny_model_dir, port, {"agents": AGENT_FLAGS}, workdir / "vllm.log",
-                             watch=[Watch("the mock engine", mock, workdir / "mock.log")])
-    try:
-        yield server, control
-    finally:
-        server.stop()
-        mock.terminate()
-        mock.wait(10)
+@pytest.fixture
+def vllm_server(vllm_agents_on_mock):
+    """vLLM's API server with the agent parsers on a scripted mock (the session's)."""
+    return vllm_agents_on_mock
 
 
 @pytest.fixture(scope="module")

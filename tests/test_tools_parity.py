@@ -498,7 +498,14 @@ def test_enough_shapes() -> None:
     assert sum(c.check is not None for c in generation) >= 35
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+# (the plain cases get the session's servers by name, in urls())
+PLAIN_SERVERS = pytest.mark.session_engines("real_stack", "vllm_frontend")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, id=c.id, marks=PLAIN_SERVERS if c.servers == "plain" else ()) for c in CASES],
+)
 def test_parity(case: Case, request) -> None:
     our_url, their_url = urls(case, request)
     shape = CompletionShape(case.id, case.path, case.body)

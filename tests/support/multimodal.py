@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import RealEngine
+from harness.engines import RealEngine, stop_all
 from harness.frontend import FrontendProcess
 from harness.models import tiny_vlm_dir
 from harness.vllm_server import VllmFrontend
@@ -92,5 +92,4 @@ def serve_pair(model_dir: Path, workdir: Path, *flags: str, limit: str = LIMIT,
     finally:
         ours.stop(signal.SIGTERM)
         vllm.stop()
-        for engine in engines:
-            engine.stop()
+        stop_all(engines)

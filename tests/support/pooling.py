@@ -28,7 +28,7 @@ from typing import Iterator
 
 import pytest
 
-from harness.engines import RealEngine
+from harness.engines import RealEngine, stop_all
 from harness.frontend import FrontendProcess
 from harness.procs import REPO_ROOT
 from harness.vllm_server import VllmFrontend
@@ -88,8 +88,7 @@ class ServerPair:
     def stop(self) -> None:
         self.ours.stop()
         self.vllm.stop()
-        self.our_engine.stop()
-        self.vllm.engine.stop()
+        stop_all([self.our_engine, self.vllm.engine])
 
 
 def start_pair(model_dir: Path, workdir: Path, engine_args: tuple[str, ...]) -> ServerPair:

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from harness.engines import DTYPE, MAX_MODEL_LEN, RealEngine, cpu_env
+from harness.engines import DTYPE, MAX_MODEL_LEN, RealEngine, cpu_env, stop_all
 from harness.procs import REPO_ROOT
 from tests.support.requirements import require_vllm
 
@@ -78,8 +78,7 @@ class EngineFactory:
         return engine
 
     def stop_all(self) -> None:
-        for engine in self.engines:
-            engine.stop()
+        stop_all(self.engines)
 
 
 FACTORY_KEY = pytest.StashKey[EngineFactory]()

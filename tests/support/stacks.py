@@ -88,7 +88,14 @@ def module_mock_stack(tiny_model_dir, tmp_path_factory) -> Iterator[MockStack]:
     stack.stop()
 
 
-@pytest.fixture(params=["mock", pytest.param("real", marks=pytest.mark.real_engine)])
+# The real target is the session's stack, got by name: the mark tells the test
+# workers' scheduler (tests/conftest.py).
+REAL_TARGET = pytest.param(
+    "real", marks=[pytest.mark.real_engine, pytest.mark.session_engines("real_stack")]
+)
+
+
+@pytest.fixture(params=["mock", REAL_TARGET])
 def stack(request) -> Iterator[Target]:
     if request.param == "real":
         fe = request.getfixturevalue("frontend")  # checks idleness itself
