@@ -27,17 +27,14 @@ from typing import Any
 import pytest
 from tokenizers import Tokenizer
 
-from harness.engine_harness import spawn_mock
 from harness.frontend import launch_mock_stack
-from harness.ports import free_port
-from harness.waits import Watch
 from tests.support import reasoning_cases_g3
 from tests.support.http_client import post
 from frontend.parsers import registry
 from tests.support.marker_model import MARKERS
 from tests.support.more_tool_cases import MORE_CASES
 from tests.support.parser_diff import Case, masked, tokenizer_dir
-from tests.support.vllm_parsers import VllmMultiServer, parser_flags
+from tests.support.vllm_parsers import on_scripted_mock, parser_flags
 from tests.test_reasoning_parsers import COMMON, FAMILY, FAMILY_TOKENS, IN_PROCESS_ONLY, MISTRAL
 from tests.test_tool_parsers import CASES, WITH_REASONING
 
@@ -150,20 +147,10 @@ def tokenizer(model_dir) -> Tokenizer:
 @pytest.fixture(scope="module")
 def vllm_servers(model_dir, tmp_path_factory):
     """vLLM's API server with every parser flag set, on one scripted mock."""
-    workdir = tmp_path_factory.mktemp("vllm-parsers")
-    port = free_port()
-    mock, control = spawn_mock(f"tcp://127.0.0.1:{port}", workdir / "mock.log",
-                               "--model", str(model_dir), "--step-time", STEP_TIME)
-    server = VllmMultiServer(model_dir, port,
-                             {name: parser_flags(*flags) for name, flags in CONFIGS.items()},
-                             workdir / "vllm.log",
-                             watch=[Watch("the mock engine", mock, workdir / "mock.log")])
-    try:
-        yield server, control
-    finally:
-        server.stop()
-        mock.terminate()
-        mock.wait(10)
+    configs = {name: parser_flags(*flags) for name, flags in CONFIGS.items()}
+    with on_scripted_mock(model_dir, configs, tmp_path_factory.mktemp("vllm-parsers"),
+                          STEP_TIME) as pair:
+        yield pair
 
 
 class OurStacks:

@@ -20,11 +20,8 @@ from typing import Iterator
 
 import pytest
 
-from harness.engine_harness import spawn_mock
-from harness.ports import free_port
 from harness.vllm_server import VllmFrontend
-from harness.waits import Watch
-from tests.support.vllm_parsers import VllmMultiServer, parser_flags
+from tests.support.vllm_parsers import VllmMultiServer, on_scripted_mock, parser_flags
 
 # vLLM's server with the flag sets of the tests that need more than its
 # defaults, all on one engine (tests/support/vllm_multi_server.py): the agent
@@ -82,17 +79,7 @@ AGENT_MOCK_STEP_TIME = "0.008"
 def vllm_agents_on_mock(tiny_model_dir, tmp_path_factory):
     """vLLM's own API server with ``AGENT_FLAGS`` on a scripted mock engine:
     (the server, the mock's control), for the session."""
-    workdir = tmp_path_factory.mktemp("vllm-agents-mock")
-    port = free_port()
-    mock, control = spawn_mock(f"tcp://127.0.0.1:{port}", workdir / "mock.log",
-                               "--model", str(tiny_model_dir), "--step-time",
-                               AGENT_MOCK_STEP_TIME)
-    server = VllmMultiServer(tiny_model_dir, port, {"agents": AGENT_FLAGS},
-                             workdir / "vllm.log",
-                             watch=[Watch("the mock engine", mock, workdir / "mock.log")])
-    try:
-        yield server, control
-    finally:
-        server.stop()
-        mock.terminate()
-        mock.wait(10)
+    with on_scripted_mock(tiny_model_dir, {"agents": AGENT_FLAGS},
+                          tmp_path_factory.mktemp("vllm-agents-mock"),
+                          AGENT_MOCK_STEP_TIME) as pair:
+        yield pair

@@ -13,17 +13,19 @@ on first use of ``url``; its process group is killed by ``stop()``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
+from harness.engine_harness import spawn_mock
 from harness.engines import cpu_env
 from harness.ports import HOST, free_port
 from harness.procs import REPO_ROOT, log_tail, spawn, stop_group
 from harness.vllm_server import attached_serve_args
-from harness.waits import Watched, wait_healthy
+from harness.waits import Watch, Watched, wait_healthy
 
 READY_TIMEOUT_S = 600.0
 
@@ -67,3 +69,21 @@ class VllmMultiServer:
 
     def stop(self) -> None:
         stop_group(self.proc, 15)
+
+
+@contextlib.contextmanager
+def on_scripted_mock(model_dir: Path, configs: dict[str, list[str]], workdir: Path,
+                     step_time: str) -> Iterator[tuple[VllmMultiServer, Any]]:
+    """A ``VllmMultiServer`` with ``configs`` on one scripted mock engine stepping
+    every ``step_time`` s: (the server, the mock's control), both stopped after."""
+    port = free_port()
+    mock, control = spawn_mock(f"tcp://127.0.0.1:{port}", workdir / "mock.log",
+                               "--model", str(model_dir), "--step-time", step_time)
+    server = VllmMultiServer(model_dir, port, configs, workdir / "vllm.log",
+                             watch=[Watch("the mock engine", mock, workdir / "mock.log")])
+    try:
+        yield server, control
+    finally:
+        server.stop()
+        mock.terminate()
+        mock.wait(10)
