@@ -126,16 +126,26 @@ def test_a_killed_rank_fails_its_streams_and_restarts_alone(dp):
 
     # Streams until each rank runs one (the router decides which gets what;
     # a rank's load is partly its own lagging scheduler stats).
+    # Rank 1's engine core is frozen (SIGSTOP) before it is killed, so the
+    # streams counted on it are still running when it dies (a fast engine on a
+    # slow host could otherwise finish them between the count and the kill).
+    core = ranks.engine_core(1)
     reqs = []
-    while len(reqs) < 2 or (0 in in_flight() and len(reqs) < 6):
-        req = RawRequest(fe.url, "/v1/completions", {
-            "model": SERVED_NAME, "prompt": f"story {len(reqs)}", "max_tokens": 1000,
-            "ignore_eos": True, "stream": True})
-        req.read_until(b"data:")
-        reqs.append(req)
-    on_rank_1 = in_flight()[1]
-    assert on_rank_1 and in_flight()[0], fe.debug_state()
-    os.kill(ranks.engine_core(1).pid, signal.SIGKILL)
+    while True:
+        while len(reqs) < 2 or (0 in in_flight() and len(reqs) < 6):
+            req = RawRequest(fe.url, "/v1/completions", {
+                "model": SERVED_NAME, "prompt": f"story {len(reqs)}", "max_tokens": 1000,
+                "ignore_eos": True, "stream": True})
+            req.read_until(b"data:")
+            reqs.append(req)
+        os.kill(core.pid, signal.SIGSTOP)
+        on_rank_1 = in_flight()[1]
+        if on_rank_1 or len(reqs) >= 6:
+            break
+        os.kill(core.pid, signal.SIGCONT)  # its streams ended before the freeze: more
+    # Rank 1 runs some, and rank 0 got the others (they may have ended already).
+    assert on_rank_1 and len(reqs) > on_rank_1, fe.debug_state()
+    os.kill(core.pid, signal.SIGKILL)
     wait_for(lambda: [r["state"] for r in fe.debug_state()["ranks"]] == ["serving", "dead"],
              10)
     outcomes = []
