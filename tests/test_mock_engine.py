@@ -391,8 +391,12 @@ def test_disable_log_stats(start_mock):
 def test_continuous_batching_one_message_per_step(start_mock):
     mock = start_mock("--max-num-seqs", "4")
     h = mock.harness
+    # Frozen while the ten arrive: on a loaded host the engine could otherwise
+    # finish each request before the next ADD lands, and never batch.
+    assert h.utility("pause_scheduler", "keep", False).result == [None, None]
     for i in range(10):
         h.add(make_request(f"r{i}", [30 + i], max_tokens=3 + i % 2))
+    h.utility("resume_scheduler")
     h.pump_until(lambda: all(h.results[f"r{i}"].finished for i in range(10))
                  and not h.messages[-1].outputs)  # the trailing empty step
     step_messages = [m for m in h.messages if m.utility_output is None]
