@@ -10,8 +10,9 @@ decoders accept shorter arrays (trailing defaults) and ignore extra elements.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 import msgspec
 
@@ -263,7 +264,11 @@ _step_decoder = msgspec.msgpack.Decoder(StepOutputs, ext_hook=ext_hook)
 
 
 def check_prompt(
-    prompt_token_ids: Sequence[int], limits: ModelLimits, *, pooling: bool = False
+    prompt_token_ids: Sequence[int],
+    limits: ModelLimits,
+    *,
+    pooling: bool = False,
+    vocab: bool = True,
 ) -> None:
     """The prompt checks the engine does not do (a bad prompt crashes it).
 
@@ -271,6 +276,7 @@ def check_prompt(
     the input processor's for an empty one or one that leaves no room for output
     (a pooling request generates nothing: it may fill the context),
     ``validate_token_ids``'s (lowest negative id, else highest id) for vocab.
+    ``vocab=False`` leaves the vocabulary out (encode_add's decode checks it).
     """
     n = len(prompt_token_ids)
     if n == 0:
@@ -292,6 +298,8 @@ def check_prompt(
             "Make sure that `max_model_len` is no smaller than the number of text "
             "tokens (prompt + requested output tokens)."
         )
+    if not vocab:
+        return
     lowest, highest = min(prompt_token_ids), max(prompt_token_ids)
     if lowest < 0:
         raise ValidationError(f"Token id {lowest} is out of vocabulary")
@@ -316,8 +324,9 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         raise ValidationError(
             f"client_index must name one of the engine's {limits.num_clients} output sockets"
         )
+    prompt = request.prompt_token_ids or ()
     try:
-        check_prompt(request.prompt_token_ids or (), limits, pooling=pooling is not None)
+        check_prompt(prompt, limits, pooling=pooling is not None, vocab=False)
         if pooling is not None:
             check_pooling(pooling)
         else:
@@ -330,11 +339,31 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         payload = _encoder.encode(request)
         # The engine decodes ADD with msgspec's type checks outside any error
         # handler: a field of the wrong type (True for an int, 1.0 for a token
-        # id) kills its input thread. Decode once with the same field types.
-        _request_decoder.decode(payload)
+        # id) kills its input thread. Decode once with the same field types,
+        # the prompt's ids checked against the vocabulary in the same pass.
+        _checking_decoder(limits.vocab_size).decode(payload)
+    except msgspec.ValidationError as e:
+        if str(e).endswith(_PROMPT_ID_PATH) or _PROMPT_ID_PATH + "[" in str(e):
+            check_prompt(prompt, limits, pooling=True)  # vLLM's message, if out of vocabulary
+        raise ValidationError(f"request cannot be sent to the engine: {e}") from None
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError) as e:
         raise ValidationError(f"request cannot be sent to the engine: {e}") from None
     return [RequestType.ADD.value, payload]
+
+
+_PROMPT_ID_PATH = "`$[1]"  # where msgspec's errors name prompt_token_ids
+
+
+@functools.lru_cache(maxsize=8)
+def _checking_decoder(vocab_size: int) -> msgspec.msgpack.Decoder:
+    """The engine's ADD decoder, but with every prompt id in ``[0, vocab_size)``."""
+    token_id = Annotated[int, msgspec.Meta(ge=0, lt=vocab_size)]
+    fields: list[Any] = []
+    for f in msgspec.structs.fields(EngineCoreRequest):
+        kind = list[token_id] | None if f.name == "prompt_token_ids" else f.type
+        fields.append((f.name, kind) if f.required else (f.name, kind, f.default))
+    checked = msgspec.defstruct("CheckedEngineCoreRequest", fields, array_like=True, gc=False)
+    return msgspec.msgpack.Decoder(checked, ext_hook=ext_hook)
 
 
 def split_features(frames: Sequence[bytes] | None) -> tuple[msgspec.Raw | None, list[bytes]]:
