@@ -5,8 +5,10 @@ Fast and engine-free: it keeps the harness from rotting between benchmark runs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import re
 import subprocess
 import sys
 from typing import Iterator
@@ -16,6 +18,7 @@ import pytest
 from harness.ports import HOST, free_port
 from harness.procs import REPO_ROOT
 from harness.waits import wait_listening
+from tools.bench import request_path
 from tools.bench.loadgen import Client, Workload, run_point
 from tools.bench.prompts import make_prompts
 
@@ -295,3 +298,26 @@ def test_report_renders_the_paced_section(tmp_path):
     assert "Ratios per repeat (ours / vLLM Rust measured seconds apart):" in text
     assert "Ratios per repeat (ours / vLLM Python measured seconds apart; ours / the " \
            "floor of the same repeat):" in text
+
+
+@pytest.mark.parametrize("route", ["completions", "chat"])
+def test_the_request_path_benchmark_serves_real_answers(tiny_model_dir, route, capsys):
+    """In process, the shipped handler answers with the engine's tokens and
+    frees its table entry; the benchmark's line reports the time."""
+    state, engine, request_bodies = request_path.setup(tiny_model_dir, route, 3)
+    path, handler = request_path.ROUTES[route]
+    loop = asyncio.new_event_loop()
+    try:
+        body = loop.run_until_complete(
+            request_path.serve(state, engine, handler, path, request_bodies[0], 3))
+    finally:
+        loop.close()
+    answer = json.loads(body)
+    assert answer["usage"]["completion_tokens"] == 3
+    assert answer["usage"]["prompt_tokens"] >= 128  # (the chat template adds its own)
+    assert answer["choices"][0]["finish_reason"] == "length"
+    assert engine.added == 1 and not state.table.entries
+    request_path.main(["--model", str(tiny_model_dir), "--route", route, "--requests", "20",
+                       "--repeats", "1"])
+    assert re.fullmatch(rf"{route} max_tokens=1: +[\d.]+ us per request \(best of 1 x 20\)\n",
+                        capsys.readouterr().out)
