@@ -321,3 +321,11 @@ def test_the_request_path_benchmark_serves_real_answers(tiny_model_dir, route, c
                        "--repeats", "1"])
     assert re.fullmatch(rf"{route} max_tokens=1: +[\d.]+ us per request \(best of 1 x 20\)\n",
                         capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("window", ["requests", "building"])
+def test_the_request_path_windows_run(tiny_model_dir, window, capsys):
+    """What ``--instructions`` counts under callgrind: the requests, then
+    building them alone (subtracted); each runs and prints nothing."""
+    request_path.main(["--model", str(tiny_model_dir), "--requests", "5", "--window", window])
+    assert capsys.readouterr().out == ""

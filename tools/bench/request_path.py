@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python -m tools.bench.request_path [--requests 2000] [--max-tokens 1]
                                                  [--repeats 5] [--route completions|chat]
-                                                 [--profile]
+                                                 [--profile] [--instructions]
 
 No sockets and no engine: the shipped route handler (``create_completion`` or
 ``create_chat_completion``) runs on an aiohttp request built in process
@@ -15,9 +15,16 @@ frames, and the request's outputs (``--max-tokens`` tokens in one message,
 the last finishing it) are fed to the table as the engine reader would. Time
 per request, best of ``--repeats``. What is not in it: aiohttp's HTTP parsing
 and writing, middlewares, the event loop's socket work and zmq (the end-to-end
-benchmark, tools/bench/run.py, has them). Deterministic enough (a few %) to
-compare two versions of our own per-request code; ``--profile`` prints where
-the time goes (cProfile, its overhead included).
+benchmark, tools/bench/run.py, has them). ``--profile`` prints where the time
+goes (cProfile, its overhead included).
+
+With ``--instructions`` the same requests run again in child processes under
+``valgrind --tool=callgrind``, collecting only inside ``operator.call`` (a C
+function nothing else here calls): once the requests, once only building
+them and the engine's outputs; the difference per request is our per-request
+code's instruction count, the same from run to run within about 1 %, so a
+cut of a few percent shows. Compare two versions of the code by running this
+with ``PYTHONPATH`` pointing at each.
 """
 
 from __future__ import annotations
@@ -25,7 +32,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import operator
 import pstats
+import re
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -138,6 +150,30 @@ async def run_once(state, engine, args, request_bodies: list[bytes]) -> float:
     return elapsed / args.requests
 
 
+async def build_only(engine, args, request_bodies: list[bytes]) -> None:
+    """What ``run_once`` does besides the handler: the requests and the outputs."""
+    path = ROUTES[args.route][0]
+    for i in range(args.requests):
+        make_request(path, request_bodies[i % len(request_bodies)])
+        output_frames(f"0_cmpl-{i}-0-abcdef01", args.max_tokens)
+
+
+def window_instructions(args, window: str) -> int:
+    """Callgrind's count inside ``operator.call`` of a child running ``window``."""
+    with tempfile.TemporaryDirectory(prefix="request-path-") as tmp:
+        out = Path(tmp) / "callgrind.out"
+        argv = ["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                "--toggle-collect=_operator_call", f"--callgrind-out-file={out}",
+                sys.executable, "-m", "tools.bench.request_path", "--model", str(args.model),
+                "--route", args.route, "--requests", str(args.requests),
+                "--max-tokens", str(args.max_tokens), "--window", window]
+        subprocess.run(argv, check=True, cwd=REPO_ROOT, capture_output=True, timeout=1800)
+        match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.M)
+        if match is None:
+            raise RuntimeError(f"no instruction total in {out}")
+    return int(match.group(1))
+
+
 def setup(model_dir: Path, route: str, max_tokens: int):
     """(state, engine link, request bodies): the shipped table and renderer
     around an engine link that keeps nothing, 256 prompts of 128 tokens."""
@@ -155,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--route", choices=tuple(ROUTES), default="completions")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--instructions", action="store_true",
+                   help="also count instructions per request under callgrind")
+    p.add_argument("--window", choices=("requests", "building"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     state, engine, request_bodies = setup(args.model, args.route, args.max_tokens)
     path, handler = ROUTES[args.route]
@@ -162,6 +201,12 @@ def main(argv: list[str] | None = None) -> None:
     first = loop.run_until_complete(serve(state, engine, handler, path, request_bodies[0],
                                           args.max_tokens))
     assert b'"choices"' in first, first[:300]
+    if args.window == "requests":  # a child under callgrind: only this is counted
+        operator.call(loop.run_until_complete, run_once(state, engine, args, request_bodies))
+        return
+    if args.window == "building":
+        operator.call(loop.run_until_complete, build_only(engine, args, request_bodies))
+        return
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
@@ -172,7 +217,10 @@ def main(argv: list[str] | None = None) -> None:
     best = min(loop.run_until_complete(run_once(state, engine, args, request_bodies))
                for _ in range(args.repeats))
     print(f"{args.route} max_tokens={args.max_tokens}: {best * 1e6:6.2f} us per request "
-          f"(best of {args.repeats} x {args.requests})")
+          f"(best of {args.repeats} x {args.requests})", flush=True)
+    if args.instructions:
+        counted = window_instructions(args, "requests") - window_instructions(args, "building")
+        print(f"  {counted / args.requests / 1e3:,.1f} k instructions per request (callgrind)")
 
 
 if __name__ == "__main__":
