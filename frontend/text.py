@@ -308,7 +308,10 @@ def _ends_mid_character(texts: ByteLevelTexts, ids: list[int], skip_special: boo
     for token_id in reversed(ids):  # a partial character spans at most 3 tokens
         if skip_special and texts.is_special(token_id):
             continue
-        tail = texts.token_bytes(token_id) + tail
+        piece = texts.token_bytes(token_id)
+        if not tail and piece and piece[-1] < 0x80:
+            return False  # the text ends on an ASCII byte: a whole character
+        tail = piece + tail
         count += 1
         if count == 4:
             break
