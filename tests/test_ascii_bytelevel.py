@@ -68,6 +68,33 @@ def test_random_ascii_texts(model):
     assert first == again and first is not again
 
 
+PRINTABLE = [chr(c) for c in range(33, 127)]  # no space
+
+
+def test_single_spaced_text_goes_word_by_word_with_the_same_split(model):
+    """Printable words (punctuation, digits, contractions) joined by single
+    spaces are split word by word: the same pieces as the regex on the whole
+    text, and the tokenizer's ids."""
+    rng = random.Random(1)
+    alphabet = PRINTABLE + list("aeiou'sltdm09") * 4
+    texts = [
+        " ".join(
+            "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 9)))
+            for _ in range(rng.randrange(1, 30))
+        )
+        for _ in range(3000)
+    ]
+    encoder = AsciiByteLevelEncoder.for_tokenizer(model.tokenizer)
+    for text in texts:
+        words = text.split(" ")
+        by_word = PIECES.findall(words[0]) + [
+            p for w in words[1:] for p in PIECES.findall(" " + w)
+        ]
+        assert by_word == PIECES.findall(text), repr(text)
+    assert_same(encoder, model.tokenizer, texts)
+    assert encoder._spaced_words  # (the word-by-word path was taken)
+
+
 @pytest.mark.parametrize("text", ["café", "naïve text", "x\u00a0y"])
 def test_non_ascii_goes_to_the_tokenizer(model, text):
     assert model.ascii_encoder.encode(text, True) is None
@@ -183,6 +210,7 @@ def test_a_full_cache_is_cleared_and_ids_stay_exact(model, monkeypatch):
     texts = ["one two three four five six", "seven eight nine ten", "one two"]
     assert_same(encoder, model.tokenizer, texts)
     assert len(encoder._cache) <= 4
+    assert len(encoder._words) <= 4 and len(encoder._spaced_words) <= 4
 
 
 def test_the_longest_added_token_wins_where_two_start(model):

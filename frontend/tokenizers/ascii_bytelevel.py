@@ -11,12 +11,14 @@ suffix; added tokens in the text (special tokens of a chat prompt) are split
 out first, as the tokenizer does, where they are matched as written. On ASCII
 text the regex needs no Unicode classes, so Python's ``re`` splits exactly as
 Oniguruma does; each piece's ids come from the tokenizer's own model and are
-kept in a bounded cache. Any other text (not ASCII, or holding an added token
+kept in a bounded cache (a single-spaced text skips the regex: its words'
+ids are cached whole). Any other text (not ASCII, or holding an added token
 with stripping or word-boundary options) goes to the tokenizer.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -54,7 +56,11 @@ class AsciiByteLevelEncoder:
             and len(self._added_ids) == len(added)
             and not any(t.lstrip or t.rstrip or t.single_word or t.normalized for _, t in added)
         )
-        self._cache: dict[str, list[int]] = {}
+        self._cache: dict[str, list[int]] = {}  # a regex piece -> its ids
+        # Single-spaced text: a space-separated word (punctuation included) ->
+        # its ids, without and with the space before it.
+        self._words: dict[str, list[int]] = {}
+        self._spaced_words: dict[str, list[int]] = {}
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer) -> AsciiByteLevelEncoder | None:
@@ -104,6 +110,29 @@ class AsciiByteLevelEncoder:
         return ids
 
     def _extend(self, ids: list[int], text: str) -> None:
+        """``text``'s ids. Single-spaced text (no other whitespace, no space at
+        either end) goes word by word: no regex piece holds a space but as its
+        first character, before a non-space, so the split of the whole text is
+        the split of each word with the space before it, and a word's ids can
+        be kept whole. Anything else is split by the regex."""
+        words = text.split(" ")
+        if "" in words or not text.isprintable():
+            self._extend_pieces(ids, text)
+            return
+        spaced = self._spaced_words
+        ids += self._words.get(words[0]) or self._word(words[0], False)
+        for word in itertools.islice(words, 1, None):
+            ids += spaced.get(word) or self._word(word, True)
+
+    def _word(self, word: str, spaced: bool) -> list[int]:
+        cache = self._spaced_words if spaced else self._words
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        word_ids = cache[word] = []
+        self._extend_pieces(word_ids, " " + word if spaced else word)
+        return word_ids
+
+    def _extend_pieces(self, ids: list[int], text: str) -> None:
         cache = self._cache
         for piece in PIECES.findall(text):
             piece_ids = cache.get(piece)
