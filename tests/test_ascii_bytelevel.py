@@ -71,25 +71,28 @@ def test_random_ascii_texts(model):
 PRINTABLE = [chr(c) for c in range(33, 127)]  # no space
 
 
-def test_single_spaced_text_goes_word_by_word_with_the_same_split(model):
-    """Printable words (punctuation, digits, contractions) joined by single
-    spaces are split word by word: the same pieces as the regex on the whole
-    text, and the tokenizer's ids."""
+def test_single_spaced_lines_go_word_by_word_with_the_same_split(model):
+    """Lines of printable words (punctuation, digits, contractions) joined by
+    single spaces are split word by word: the same pieces as the regex on the
+    whole text (a newline between lines a piece of its own), and the
+    tokenizer's ids."""
     rng = random.Random(1)
     alphabet = PRINTABLE + list("aeiou'sltdm09") * 4
-    texts = [
-        " ".join(
+
+    def line() -> str:
+        return " ".join(
             "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 9)))
-            for _ in range(rng.randrange(1, 30))
+            for _ in range(rng.randrange(1, 20))
         )
-        for _ in range(3000)
-    ]
+
+    texts = ["\n".join(line() for _ in range(rng.choice((1, 1, 2, 4)))) for _ in range(3000)]
     encoder = AsciiByteLevelEncoder.for_tokenizer(model.tokenizer)
     for text in texts:
-        words = text.split(" ")
-        by_word = PIECES.findall(words[0]) + [
-            p for w in words[1:] for p in PIECES.findall(" " + w)
-        ]
+        by_word = []
+        for n, words in enumerate(line.split(" ") for line in text.split("\n")):
+            by_word += ["\n"] if n else []
+            by_word += PIECES.findall(words[0])
+            by_word += [p for w in words[1:] for p in PIECES.findall(" " + w)]
         assert by_word == PIECES.findall(text), repr(text)
     assert_same(encoder, model.tokenizer, texts)
     assert encoder._spaced_words  # (the word-by-word path was taken)

@@ -11,8 +11,8 @@ suffix; added tokens in the text (special tokens of a chat prompt) are split
 out first, as the tokenizer does, where they are matched as written. On ASCII
 text the regex needs no Unicode classes, so Python's ``re`` splits exactly as
 Oniguruma does; each piece's ids come from the tokenizer's own model and are
-kept in a bounded cache (a single-spaced text skips the regex: its words'
-ids are cached whole). Any other text (not ASCII, or holding an added token
+kept in a bounded cache (lines of single-spaced text skip the regex: their
+words' ids are cached whole). Any other text (not ASCII, or holding an added token
 with stripping or word-boundary options) goes to the tokenizer.
 """
 
@@ -61,6 +61,8 @@ class AsciiByteLevelEncoder:
         # its ids, without and with the space before it.
         self._words: dict[str, list[int]] = {}
         self._spaced_words: dict[str, list[int]] = {}
+        self._newline: list[int] = []
+        self._extend_pieces(self._newline, "\n")
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer) -> AsciiByteLevelEncoder | None:
@@ -110,15 +112,31 @@ class AsciiByteLevelEncoder:
         return ids
 
     def _extend(self, ids: list[int], text: str) -> None:
-        """``text``'s ids. Single-spaced text (no other whitespace, no space at
-        either end) goes word by word: no regex piece holds a space but as its
-        first character, before a non-space, so the split of the whole text is
-        the split of each word with the space before it, and a word's ids can
-        be kept whole. Anything else is split by the regex."""
-        words = text.split(" ")
-        if "" in words or not text.isprintable():
+        """``text``'s ids. Lines of single-spaced printable text (no space at
+        either end of a line, no empty line) go word by word: no regex piece
+        holds whitespace but as its first character, a space before a
+        non-space, and a newline between two non-spaces is a piece of its own;
+        so the split of the whole text is the split of each word with the
+        space before it, and a word's ids can be kept whole. Anything else is
+        split by the regex."""
+        if "\n" not in text:
+            words = text.split(" ")
+            if "" in words or not text.isprintable():
+                self._extend_pieces(ids, text)
+            else:
+                self._extend_words(ids, words)
+            return
+        lines = text.split("\n")
+        lines_words = [line.split(" ") for line in lines]  # (an empty line: [""])
+        if any("" in words for words in lines_words) or not all(map(str.isprintable, lines)):
             self._extend_pieces(ids, text)
             return
+        self._extend_words(ids, lines_words[0])
+        for words in itertools.islice(lines_words, 1, None):
+            ids += self._newline
+            self._extend_words(ids, words)
+
+    def _extend_words(self, ids: list[int], words: list[str]) -> None:
         spaced = self._spaced_words
         ids += self._words.get(words[0]) or self._word(words[0], False)
         for word in itertools.islice(words, 1, None):
