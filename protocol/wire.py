@@ -342,16 +342,19 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         # id) kills its input thread. Decode once with the same field types,
         # the prompt's ids checked against the vocabulary in the same pass.
         _checking_decoder(limits.vocab_size).decode(payload)
-    except msgspec.ValidationError as e:
-        if str(e).endswith(_PROMPT_ID_PATH) or _PROMPT_ID_PATH + "[" in str(e):
-            check_prompt(prompt, limits, pooling=True)  # vLLM's message, if out of vocabulary
-        raise ValidationError(f"request cannot be sent to the engine: {e}") from None
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError) as e:
-        raise ValidationError(f"request cannot be sent to the engine: {e}") from None
-    return [RequestType.ADD.value, payload]
+        refused = e
+    else:
+        return [RequestType.ADD.value, payload]
+    if isinstance(refused, msgspec.ValidationError) and _PROMPT_ID_AT in str(refused):
+        try:
+            check_prompt(prompt, limits, pooling=True)  # vLLM's message for an id out of vocabulary
+        except TypeError:
+            pass  # not all ints: the decoder's message says where
+    raise ValidationError(f"request cannot be sent to the engine: {refused}")
 
 
-_PROMPT_ID_PATH = "`$[1]"  # where msgspec's errors name prompt_token_ids
+_PROMPT_ID_AT = "`$[1]["  # how msgspec's errors name an element of prompt_token_ids
 
 
 @functools.lru_cache(maxsize=8)

@@ -460,6 +460,16 @@ def test_check_prompt_like_vllm(prompt, vllm_check, encoder_spy):
     assert str(ours.value) == str(theirs)
 
 
+@pytest.mark.parametrize("bad", [True, 1.0, "a", None])
+def test_a_prompt_id_of_another_type_is_refused_where_it_is(bad):
+    """Not an int: refused by the verifying decode, whose message says where."""
+    at = r"cannot be sent to the engine: .* at `\$\[1\]\[1\]`"
+    with pytest.raises(ValidationError, match=at):
+        wire.encode_add(make_request(SamplingParams(), prompt=[5, bad, 7]), LIMITS)
+    with pytest.raises(ValidationError, match="cannot be sent to the engine: can't serialize"):
+        wire.encode_add(make_request(SamplingParams(), prompt=[5, 2**64, 7]), LIMITS)
+
+
 def test_check_prompt_accepts_the_longest_valid_prompt():
     wire.check_prompt([0, VOCAB - 1] + [1] * (MAX_MODEL_LEN - 3), LIMITS)
     _prompt_len_check(MAX_MODEL_LEN - 1)()

@@ -34,7 +34,7 @@ PIECES = re.compile(
     r" ?[A-Za-z]+| ?[0-9]+|'(?:s|t|re|ve|m|ll|d)| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+", re.ASCII
 )
 TO_BYTE_CHARS = {b: BYTE_CHAR[b] for b in range(128)}
-_CACHE_LIMIT = 65536  # pieces; cleared when full (a piece is a word or a run of spaces)
+_CACHE_LIMIT = 65536  # entries of each cache (pieces, words); a full one is cleared
 _PROBES = ("a", "Hello, world!")
 
 
