@@ -10,8 +10,8 @@ No sockets and no engine: the shipped route handler (``create_completion`` or
 ``create_chat_completion``) runs on an aiohttp request built in process
 (the body fed to its reader), with the shipped table,
 renderer, sampling params, wire encoder (its checks and verifying decode
-included) and metrics observer; the ADD goes to an engine link that keeps its
-frames, and the request's outputs (``--max-tokens`` tokens in one message,
+included) and metrics observer; the ADD goes to an engine link that only
+counts it, and the request's outputs (``--max-tokens`` tokens in one message,
 the last finishing it) are fed to the table as the engine reader would. Time
 per request, best of ``--repeats``. What is not in it: aiohttp's HTTP parsing
 and writing, middlewares, the event loop's socket work and zmq (the end-to-end
@@ -35,6 +35,7 @@ import cProfile
 import operator
 import pstats
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     first = loop.run_until_complete(serve(state, engine, handler, path, request_bodies[0],
                                           args.max_tokens))
     assert b'"choices"' in first, first[:300]
+    if args.instructions and not shutil.which("valgrind"):
+        sys.exit("--instructions needs valgrind (apt-get install valgrind)")
     if args.window == "requests":  # a child under callgrind: only this is counted
         operator.call(loop.run_until_complete, run_once(state, engine, args, request_bodies))
         return
