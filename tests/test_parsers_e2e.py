@@ -11,10 +11,12 @@ JSON, chunk by chunk for streams: reasoning, content, tool calls (ids
 masked), finish_reason, usage with reasoning tokens. Malformed and partial
 tool calls included: they come back as content, never as an error.
 
-The mock steps every few milliseconds, so that vLLM's server keeps up with the
-engine: when it falls behind it merges steps into one chunk and parses them
-together, which changes the chunks (ours never merges a parsed choice's
-steps); such a stream of vLLM's is asked for again.
+For vLLM's streams the mock steps every few milliseconds, so that vLLM's
+server keeps up with the engine: when it falls behind it merges steps into one
+chunk and parses them together, which changes the chunks; such a stream of
+vLLM's is asked for again. Everything else runs on unpaced steps: a
+non-streamed answer is the whole output however it was stepped, and ours never
+merges a parsed choice's steps (each stream of ours is checked for that).
 """
 
 from __future__ import annotations
@@ -40,9 +42,10 @@ from tests.test_tool_parsers import CASES, WITH_REASONING
 
 pytestmark = [pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
 
-STEP_TIME = "0.008"
+# The mocks' step time but for vLLM's streams: none.
+UNPACED = 0.0
 # vLLM's mock's step time for each attempt at a stream it does not merge.
-STREAM_STEP_TIMES = (float(STEP_TIME), 0.03, 0.08, 0.2)
+STREAM_STEP_TIMES = (0.008, 0.03, 0.08, 0.2)
 
 # A selection of the in-process cases (they run there in full, in every
 # chunking): per parser the calls, text around them, malformed and partial
@@ -149,7 +152,7 @@ def vllm_servers(model_dir, tmp_path_factory):
     """vLLM's API server with every parser flag set, on one scripted mock."""
     configs = {name: parser_flags(*flags) for name, flags in CONFIGS.items()}
     with on_scripted_mock(model_dir, configs, tmp_path_factory.mktemp("vllm-parsers"),
-                          STEP_TIME) as pair:
+                          str(UNPACED)) as pair:
         yield pair
 
 
@@ -166,8 +169,7 @@ class OurStacks:
         if name != self.name:
             self.close()
             self.stack = launch_mock_stack(self.model_dir, self.workdir,
-                                           *parser_flags(*CONFIGS[name]),
-                                           engine_args=("--step-time", STEP_TIME))
+                                           *parser_flags(*CONFIGS[name]))
             self.name = name
         return self.stack
 
@@ -264,7 +266,7 @@ def test_parser_end_to_end_matches_vllm(vllm_servers, ours, tokenizer, config, c
             pytest.fail(f"vLLM's server merged steps in {len(STREAM_STEP_TIMES)} streams: "
                         "nothing to compare with")
     finally:
-        their_control.configure(step_time=float(STEP_TIME))
+        their_control.configure(step_time=UNPACED)
     assert answer == their_answer, f"ours: {answer}\nvLLM: {their_answer}"
     stack.frontend.wait_idle()
 
@@ -303,7 +305,7 @@ def test_vllm_merges_no_steps_when_it_keeps_up(vllm_servers, ours, tokenizer):
         try:
             theirs = their_stream(their_url, their_control, body, STREAM_STEP_TIMES[-1])
         finally:
-            their_control.configure(step_time=float(STEP_TIME))
+            their_control.configure(step_time=UNPACED)
         assert not vllm_merged(answer, theirs), theirs
         assert answer == theirs, f"ours: {answer}\nvLLM: {theirs}"
         stack.frontend.wait_idle()

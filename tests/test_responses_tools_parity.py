@@ -27,6 +27,8 @@ from tests.support.vllm_frontend import AGENT_FLAGS, AGENT_MOCK_STEP_TIME
 pytestmark = [pytest.mark.vllm_frontend, pytest.mark.timeout(900)]
 
 STEP_TIME = AGENT_MOCK_STEP_TIME
+# vLLM's mock's step time for each attempt at a stream (ours: unpaced steps,
+# which our server never merges for a parsed choice).
 STREAM_STEP_TIMES = (0.008, 0.03, 0.08, 0.2)
 W = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 S = '{"name": "search", "arguments": {"q": "rain"}}'
@@ -74,7 +76,7 @@ def vllm_server(vllm_agents_on_mock):
 @pytest.fixture(scope="module")
 def ours(tiny_model_dir, tmp_path_factory):
     stack = launch_mock_stack(tiny_model_dir, tmp_path_factory.mktemp("our-responses-tools"),
-                              *AGENT_FLAGS, engine_args=("--step-time", STEP_TIME))
+                              *AGENT_FLAGS)
     yield stack
     stack.stop()
 

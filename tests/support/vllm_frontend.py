@@ -70,9 +70,11 @@ def vllm_flagged(start_real_engine, tiny_model_dir, tmp_path_factory) -> Iterato
         engine.stop()
 
 
-# The agent APIs' tool-use modules script this mock's output (and slow it down
-# where vLLM's server merged a stream's steps, then back to this).
-AGENT_MOCK_STEP_TIME = "0.008"
+# The agent APIs' tool-use modules script this mock's output. Its steps are
+# unpaced (a non-streamed answer does not depend on them) but for vLLM's
+# streams: those modules pace them, slower where vLLM's server merged a
+# stream's steps, then set this back.
+AGENT_MOCK_STEP_TIME = "0"
 
 
 @pytest.fixture(scope="session")
