@@ -216,6 +216,17 @@ def test_a_full_cache_is_cleared_and_ids_stay_exact(model, monkeypatch):
     assert len(encoder._words) <= 4 and len(encoder._spaced_words) <= 4
 
 
+def test_long_pieces_and_words_are_not_kept(model):
+    """A long run of letters or a long word (a pasted blob) is tokenized, not
+    cached: no client fills the caches with megabytes."""
+    encoder = AsciiByteLevelEncoder.for_tokenizer(model.tokenizer)
+    blob = "x" * 5000
+    texts = [blob, f"a {blob}.z b", f"{blob}\n{blob}!"]
+    assert_same(encoder, model.tokenizer, texts)
+    cached = [*encoder._cache, *encoder._words, *encoder._spaced_words]
+    assert cached and max(map(len, cached)) <= 64
+
+
 def test_the_longest_added_token_wins_where_two_start(model):
     tokenizer = Tokenizer.from_str(model.tokenizer.to_str())
     tokenizer.add_special_tokens(["<x>", "<x>y", "y>"])

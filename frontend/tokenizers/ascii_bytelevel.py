@@ -35,6 +35,7 @@ PIECES = re.compile(
 )
 TO_BYTE_CHARS = {b: BYTE_CHAR[b] for b in range(128)}
 _CACHE_LIMIT = 65536  # entries of each cache (pieces, words); a full one is cleared
+_CACHED_LENGTH = 64  # longer pieces and words are not kept (a cache stays small)
 _PROBES = ("a", "Hello, world!")
 
 
@@ -143,11 +144,13 @@ class AsciiByteLevelEncoder:
             ids += spaced.get(word) or self._word(word, True)
 
     def _word(self, word: str, spaced: bool) -> list[int]:
-        cache = self._spaced_words if spaced else self._words
-        if len(cache) >= _CACHE_LIMIT:
-            cache.clear()
-        word_ids = cache[word] = []
+        word_ids: list[int] = []
         self._extend_pieces(word_ids, " " + word if spaced else word)
+        if len(word) <= _CACHED_LENGTH:
+            cache = self._spaced_words if spaced else self._words
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[word] = word_ids
         return word_ids
 
     def _extend_pieces(self, ids: list[int], text: str) -> None:
@@ -155,10 +158,12 @@ class AsciiByteLevelEncoder:
         for piece in PIECES.findall(text):
             piece_ids = cache.get(piece)
             if piece_ids is None:
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
                 mapped = piece.translate(TO_BYTE_CHARS)
-                piece_ids = cache[piece] = [t.id for t in self._model.tokenize(mapped)]
+                piece_ids = [t.id for t in self._model.tokenize(mapped)]
+                if len(piece) <= _CACHED_LENGTH:
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[piece] = piece_ids
             ids += piece_ids
 
 
