@@ -264,20 +264,20 @@ _step_decoder = msgspec.msgpack.Decoder(StepOutputs, ext_hook=ext_hook)
 
 
 def check_prompt(
-    prompt_token_ids: Sequence[int],
-    limits: ModelLimits,
-    *,
-    pooling: bool = False,
-    vocab: bool = True,
+    prompt_token_ids: Sequence[int], limits: ModelLimits, *, pooling: bool = False
 ) -> None:
-    """The prompt checks the engine does not do (a bad prompt crashes it).
+    """The prompt checks the engine does not do (a bad prompt crashes it):
+    its length, then its ids (encode_add checks the ids in its verifying decode)."""
+    check_prompt_length(prompt_token_ids, limits, pooling=pooling)
+    check_vocab(prompt_token_ids, limits)
 
-    Messages are vLLM's: the renderer's for a prompt longer than the context,
+
+def check_prompt_length(
+    prompt_token_ids: Sequence[int], limits: ModelLimits, *, pooling: bool = False
+) -> None:
+    """vLLM's messages: the renderer's for a prompt longer than the context,
     the input processor's for an empty one or one that leaves no room for output
-    (a pooling request generates nothing: it may fill the context),
-    ``validate_token_ids``'s (lowest negative id, else highest id) for vocab.
-    ``vocab=False`` leaves the vocabulary out (encode_add's decode checks it).
-    """
+    (a pooling request generates nothing: it may fill the context)."""
     n = len(prompt_token_ids)
     if n == 0:
         raise ValidationError("The decoder prompt cannot be empty")
@@ -298,8 +298,10 @@ def check_prompt(
             "Make sure that `max_model_len` is no smaller than the number of text "
             "tokens (prompt + requested output tokens)."
         )
-    if not vocab:
-        return
+
+
+def check_vocab(prompt_token_ids: Sequence[int], limits: ModelLimits) -> None:
+    """``validate_token_ids``'s message: the lowest negative id, else the highest."""
     lowest, highest = min(prompt_token_ids), max(prompt_token_ids)
     if lowest < 0:
         raise ValidationError(f"Token id {lowest} is out of vocabulary")
@@ -326,7 +328,7 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         )
     prompt = request.prompt_token_ids or ()
     try:
-        check_prompt(prompt, limits, pooling=pooling is not None, vocab=False)
+        check_prompt_length(prompt, limits, pooling=pooling is not None)
         if pooling is not None:
             check_pooling(pooling)
         else:
@@ -348,7 +350,7 @@ def encode_add(request: EngineCoreRequest, limits: ModelLimits) -> list[bytes]:
         return [RequestType.ADD.value, payload]
     if isinstance(refused, msgspec.ValidationError) and _PROMPT_ID_AT in str(refused):
         try:
-            check_prompt(prompt, limits, pooling=True)  # vLLM's message for an id out of vocabulary
+            check_vocab(prompt, limits)  # vLLM's message for an id out of vocabulary
         except TypeError:
             pass  # not all ints: the decoder's message says where
     raise ValidationError(f"request cannot be sent to the engine: {refused}")

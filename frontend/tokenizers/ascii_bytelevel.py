@@ -120,7 +120,7 @@ class AsciiByteLevelEncoder:
         so the split of the whole text is the split of each word with the
         space before it, and a word's ids can be kept whole. Anything else is
         split by the regex."""
-        if "\n" not in text:
+        if "\n" not in text:  # (one line, the common case: no per-line lists)
             words = text.split(" ")
             if "" in words or not text.isprintable():
                 self._extend_pieces(ids, text)
@@ -146,11 +146,7 @@ class AsciiByteLevelEncoder:
     def _word(self, word: str, spaced: bool) -> list[int]:
         word_ids: list[int] = []
         self._extend_pieces(word_ids, " " + word if spaced else word)
-        if len(word) <= _CACHED_LENGTH:
-            cache = self._spaced_words if spaced else self._words
-            if len(cache) >= _CACHE_LIMIT:
-                cache.clear()
-            cache[word] = word_ids
+        _keep(self._spaced_words if spaced else self._words, word, word_ids)
         return word_ids
 
     def _extend_pieces(self, ids: list[int], text: str) -> None:
@@ -160,11 +156,16 @@ class AsciiByteLevelEncoder:
             if piece_ids is None:
                 mapped = piece.translate(TO_BYTE_CHARS)
                 piece_ids = [t.id for t in self._model.tokenize(mapped)]
-                if len(piece) <= _CACHED_LENGTH:
-                    if len(cache) >= _CACHE_LIMIT:
-                        cache.clear()
-                    cache[piece] = piece_ids
+                _keep(cache, piece, piece_ids)
             ids += piece_ids
+
+
+def _keep(cache: dict[str, list[int]], text: str, ids: list[int]) -> None:
+    """Cache ``text``'s ids unless it is long; a full cache starts over."""
+    if len(text) <= _CACHED_LENGTH:
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[text] = ids
 
 
 def _affixes(tokenizer: Tokenizer, probe: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:

@@ -18,9 +18,8 @@ Reported per output token: microseconds (best of ``--repeats``; moves with
 the machine) and, with ``--instructions``, the instructions executed, counted
 by callgrind (the same from run to run within a fraction of a percent, so a
 few-percent change between two versions of a parser shows).  Each pair then
-runs once more in a child process under ``valgrind --tool=callgrind`` that
-collects only inside the measured window (entered through ``operator.call``,
-a C function nothing else here calls).  Compare two versions of the code by
+runs once more in a child process under callgrind that collects only inside
+the measured window (tools/bench/callgrind.py).  Compare two versions of the code by
 running this with ``PYTHONPATH`` pointing at each.
 """
 
@@ -28,17 +27,15 @@ from __future__ import annotations
 
 import argparse
 import operator
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from frontend.model import ModelInfo, load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
+from tools.bench.callgrind import operator_call_instructions
 
 ROOT = Path(__file__).resolve().parents[2]
 EOS_ID = 5  # the tiny model's <|im_end|>
@@ -145,17 +142,9 @@ def seconds_per_token(w: Workload, rounds: int, repeats: int) -> float:
 
 def instructions_per_token(model_dir: Path, pair: str, rounds: int, tokens: int) -> float:
     """Callgrind's count of the window, in a child process, per token."""
-    with tempfile.TemporaryDirectory(prefix="parser-path-") as tmp:
-        out = Path(tmp) / "callgrind.out"
-        argv = ["valgrind", "--tool=callgrind", "--collect-atstart=no",
-                "--toggle-collect=_operator_call", f"--callgrind-out-file={out}",
-                sys.executable, "-m", "tools.bench.parser_path", "--model", str(model_dir),
-                "--pairs", pair, "--rounds", str(rounds), "--window"]
-        subprocess.run(argv, check=True, cwd=ROOT, capture_output=True, timeout=1800)
-        match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.M)
-        if match is None:
-            raise RuntimeError(f"no instruction total in {out}")
-    return int(match.group(1)) / (rounds * tokens)
+    count = operator_call_instructions("tools.bench.parser_path", "--model", str(model_dir),
+                                       "--pairs", pair, "--rounds", str(rounds), "--window")
+    return count / (rounds * tokens)
 
 
 def main(argv: list[str] | None = None) -> int:

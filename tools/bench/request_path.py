@@ -19,12 +19,11 @@ benchmark, tools/bench/run.py, has them). ``--profile`` prints where the time
 goes (cProfile, its overhead included).
 
 With ``--instructions`` the same requests run again in child processes under
-``valgrind --tool=callgrind``, collecting only inside ``operator.call`` (a C
-function nothing else here calls): once the requests, once only building
-them and the engine's outputs; the difference per request is our per-request
-code's instruction count, the same from run to run within about 1 %, so a
-cut of a few percent shows. Compare two versions of the code by running this
-with ``PYTHONPATH`` pointing at each.
+callgrind, counted inside ``operator.call`` only (tools/bench/callgrind.py):
+once the requests, once only building them and the engine's outputs; the
+difference per request is our per-request code's instruction count (repeats
+agree within 0.2 %). Compare two versions of the code by running this with
+``PYTHONPATH`` pointing at each.
 """
 
 from __future__ import annotations
@@ -34,11 +33,8 @@ import asyncio
 import cProfile
 import operator
 import pstats
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -55,6 +51,7 @@ from frontend.ops.stats_recorder import StatsRecorder
 from harness.procs import REPO_ROOT
 from harness.state import SCHEDULER_STATS, NullEngine, make_state
 from protocol import wire
+from tools.bench.callgrind import operator_call_instructions
 from tools.bench.prompts import make_prompts
 
 ROUTES = {"completions": ("/v1/completions", create_completion),
@@ -161,18 +158,10 @@ async def build_only(engine, args, request_bodies: list[bytes]) -> None:
 
 def window_instructions(args, window: str) -> int:
     """Callgrind's count inside ``operator.call`` of a child running ``window``."""
-    with tempfile.TemporaryDirectory(prefix="request-path-") as tmp:
-        out = Path(tmp) / "callgrind.out"
-        argv = ["valgrind", "--tool=callgrind", "--collect-atstart=no",
-                "--toggle-collect=_operator_call", f"--callgrind-out-file={out}",
-                sys.executable, "-m", "tools.bench.request_path", "--model", str(args.model),
-                "--route", args.route, "--requests", str(args.requests),
-                "--max-tokens", str(args.max_tokens), "--window", window]
-        subprocess.run(argv, check=True, cwd=REPO_ROOT, capture_output=True, timeout=1800)
-        match = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.M)
-        if match is None:
-            raise RuntimeError(f"no instruction total in {out}")
-    return int(match.group(1))
+    return operator_call_instructions(
+        "tools.bench.request_path", "--model", str(args.model), "--route", args.route,
+        "--requests", str(args.requests), "--max-tokens", str(args.max_tokens),
+        "--window", window)
 
 
 def setup(model_dir: Path, route: str, max_tokens: int):
