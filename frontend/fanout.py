@@ -275,13 +275,16 @@ class Table:
                     and out.finish_reason is None
                     and choice.open_delta is None
                     and not out.prefill_stats
-                    and weight_version is None
+                    # (vLLM's engine names its weights in every message: a change
+                    # marks where the new version starts, which _apply notes)
+                    and (choice.weight_version == weight_version or weight_version is None)
                     and choice.parser is None
                 ):
                     # The common streaming step, what _apply and _stream_step
                     # do for it without their checks: one token's text, a
                     # delta of its own, due at once.
-                    detok = cast(IncrementalDetokenizer, choice.detok)  # (lean: generating)
+                    # (lean: a generating choice; no cast(): a call per token)
+                    detok: IncrementalDetokenizer = choice.detok  # type: ignore[assignment]
                     delta = choice.open_delta = Delta(
                         choice, detok.step_text(new_ids[0]), new_ids, None, None, None
                     )
@@ -398,8 +401,11 @@ class Table:
         far the client lags."""
         group = choice.group
         # (a streamed step: a generating choice, with its detokenizer and SamplingParams)
-        num_tokens = len(cast(IncrementalDetokenizer, choice.detok).token_ids)
-        interval = cast(SamplingParams, choice.params).stream_interval or 1
+        # (no cast(): a call per step)
+        detok: IncrementalDetokenizer = choice.detok  # type: ignore[assignment]
+        params: SamplingParams = choice.params  # type: ignore[assignment]
+        num_tokens = len(detok.token_ids)
+        interval = params.stream_interval or 1
         due = (
             interval <= 1
             or finished

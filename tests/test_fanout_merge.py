@@ -134,15 +134,27 @@ def test_stream_interval_with_a_lagging_client(model):
     assert "".join(d.text for d in (first, second, third, last)) == model.decode(toks)
 
 
-def _random_streams(model, seed: int, lean: bool) -> list[bytes]:
+def _random_streams(model, seed: int, lean: bool) -> tuple[list[bytes], list, int]:
     """Eight streams fed the same random steps (1-3 tokens, special and
-    partial-UTF-8 ones, early finishes, one or two messages per wake-up);
-    ``lean=False`` sends every step through the table's full path."""
+    partial-UTF-8 ones, early finishes, one or two messages per wake-up; every
+    message names the weights' version, as vLLM's engine does, and it changes
+    once); ``lean=False`` sends every step through the table's full path.
+    Returns each stream's bytes, each choice's weight versions and how many
+    outputs took the full path."""
     import random
     import re
     rng = random.Random(seed)
     state = make_state(model, max_model_len=1024)
     table = state.table
+    full_path = [0]
+    apply = table._apply
+
+    def counted(*args):
+        full_path[0] += 1
+        apply(*args)
+
+    table._apply = counted
+    switch = rng.randrange(5, 35)
     streams = []
     for i in range(8):
         req = CompletionRequest(model="tiny", prompt="Hello é", max_tokens=40, stream=True,
@@ -176,7 +188,9 @@ def _random_streams(model, seed: int, lean: bool) -> list[bytes]:
             if step == 39 or rng.random() < 0.02:
                 out.finish_reason = wire.FinishReason.LENGTH
             outs.append(out)
-        msgs = [wire.decode_step(wire.encode_outputs(wire.EngineCoreOutputs(outputs=outs[j::2])))
+        version = "default" if step < switch else "v2"
+        msgs = [wire.decode_step(wire.encode_outputs(
+                    wire.EngineCoreOutputs(outputs=outs[j::2], weight_version=version)))
                 for j in range(2)]
         if rng.random() < 0.5:
             table.on_outputs(msgs)
@@ -184,11 +198,19 @@ def _random_streams(model, seed: int, lean: bool) -> list[bytes]:
             for m in msgs:
                 table.on_outputs([m])
     assert not table.entries
-    return [re.sub(rb'"created":\d+', b"", b"".join(sent)) for _, sent in streams]
+    return ([re.sub(rb'"created":\d+', b"", b"".join(sent)) for _, sent in streams],
+            [choice.weight_starts for choice, _ in streams], full_path[0])
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_lean_streaming_steps_write_the_same_bytes(model, seed):
     """The table's lean path for one-token streaming steps is byte-identical to
-    the full one."""
-    assert _random_streams(model, seed, lean=True) == _random_streams(model, seed, lean=False)
+    the full one, and notes the same weight versions."""
+    lean_bytes, lean_versions, lean_full = _random_streams(model, seed, lean=True)
+    full_bytes, full_versions, outputs = _random_streams(model, seed, lean=False)
+    assert lean_bytes == full_bytes
+    assert lean_versions == full_versions
+    assert all(versions[0] == ("default", 0) for versions in full_versions)
+    # Most outputs are one token, mid-stream, of the current weights: those
+    # must take the lean path although every message names a version.
+    assert lean_full < outputs * 0.7

@@ -107,8 +107,10 @@ def messages(ids_by_group, max_tokens: int, per_message: int) -> list[list[bytes
                 if step == max_tokens - 1:
                     out.finish_reason = wire.FinishReason.LENGTH
                 outs.append(out)
+            # (vLLM's EngineCore names its weights' version in every message)
             frames.append(wire.encode_outputs(wire.EngineCoreOutputs(
-                outputs=outs, scheduler_stats=SCHEDULER_STATS, timestamp=time.monotonic())))
+                outputs=outs, scheduler_stats=SCHEDULER_STATS, timestamp=time.monotonic(),
+                weight_version="default")))
     return frames
 
 
