@@ -40,6 +40,7 @@ from frontend.openai.completions import CompletionRequest, CompletionView
 from frontend.openai.sampling import build_sampling_params
 from frontend.ops.stats_recorder import StatsRecorder
 from frontend.render import RenderedChat
+from harness.models import tiny_model_dir
 from harness.procs import REPO_ROOT
 from harness.state import SCHEDULER_STATS, make_state
 from protocol import wire
@@ -132,7 +133,8 @@ def run_once(model, prompts, args, shape: str) -> tuple[float, int]:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", type=Path, default=REPO_ROOT / "build" / "tiny")
+    p.add_argument("--model", type=Path, default=None,
+                   help="model directory (default: the tiny test model, built if missing)")
     p.add_argument("--streams", type=int, default=256)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--ahead-outputs", type=int, default=6)
@@ -140,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--route", choices=("completions", "chat"), default="completions")
     args = p.parse_args(argv)
+    args.model = args.model or tiny_model_dir()
     model = load_model_info(str(args.model), served_names=["tiny"])
     prompts = make_prompts(args.model, 64, 128)
     for shape in ("batched", "ahead"):

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from harness import procs
+from harness.models import tiny_model_dir
 from harness.ports import HOST
 from tools.bench.loadgen import Client, run_point
 from tools.bench.profile import parse_load
@@ -64,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="[chat-]stream-cC or plain[-mtK]-cC (default plain-mt1-c16)")
     p.add_argument("--requests", type=int, default=400, help="requests in the window")
     p.add_argument("--step-time", type=float, default=0.05)
-    p.add_argument("--model", type=Path, default=REPO / "build" / "tiny")
+    p.add_argument("--model", type=Path, default=None,
+                   help="model directory (default: the tiny test model, built if missing)")
     p.add_argument("--frontend-cpu", type=int, default=0)
     p.add_argument("--other-cpu", type=int, default=1)
     p.add_argument("--ours-arg", action="append", default=[])
     args = p.parse_args(argv)
+    args.model = args.model or tiny_model_dir()
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
         print("valgrind (with callgrind_control) is needed", file=sys.stderr)
         return 2

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from frontend.model import ModelInfo, load_model_info
 from frontend.parsers import ChatParsers, ParserTokenizer
+from harness.models import tiny_model_dir
 from tools.bench.callgrind import operator_call_instructions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +150,8 @@ def instructions_per_token(model_dir: Path, pair: str, rounds: int, tokens: int)
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", type=Path, default=ROOT / "build" / "tiny")
+    p.add_argument("--model", type=Path, default=None,
+                   help="model directory (default: the tiny test model, built if missing)")
     p.add_argument("--pairs", default=",".join(OUTPUTS),
                    help=f"comma-separated, of: {', '.join(OUTPUTS)}")
     p.add_argument("--rounds", type=int, default=20, help="outputs per measurement")
@@ -158,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also count instructions per token under callgrind")
     p.add_argument("--window", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.model = args.model or tiny_model_dir()
     pairs = args.pairs.split(",")
     unknown = [pair for pair in pairs if pair not in OUTPUTS]
     if unknown:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterator
 
 from harness import procs
+from harness.models import tiny_model_dir
 from harness.ports import HOST
 from tools.bench.loadgen import Client, Workload, run_point
 from tools.bench.prompts import make_prompts
@@ -193,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the mock engine's step time, seconds (default 0)")
     p.add_argument("--duration", type=float, default=20.0, help="seconds sampled per point")
     p.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
-    p.add_argument("--model", type=Path, default=REPO / "build" / "tiny")
+    p.add_argument("--model", type=Path, default=None,
+                   help="model directory (default: the tiny test model, built if missing)")
     p.add_argument("--out-dir", type=Path, default=REPO / "build" / "profile")
     p.add_argument("--summary", type=Path, default=None,
                    help="default: docs/profile.md (ours), build/profile/profile-vllm.md (vllm)")
@@ -205,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ours-arg", action="append", default=[],
                    help="extra argument for our frontend (repeatable; --ours-arg=--flag)")
     args = p.parse_args(argv)
+    args.model = args.model or tiny_model_dir()
     if args.summary is None:
         args.summary = (REPO / "docs" / "profile.md" if args.frontend == "ours"
                         else args.out_dir / "profile-vllm.md")

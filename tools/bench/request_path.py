@@ -48,6 +48,7 @@ from frontend.model import load_model_info
 from frontend.openai.chat import create_chat_completion
 from frontend.openai.completions import create_completion
 from frontend.ops.stats_recorder import StatsRecorder
+from harness.models import tiny_model_dir
 from harness.procs import REPO_ROOT
 from harness.state import SCHEDULER_STATS, NullEngine, make_state
 from protocol import wire
@@ -175,7 +176,8 @@ def setup(model_dir: Path, route: str, max_tokens: int):
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", type=Path, default=REPO_ROOT / "build" / "tiny")
+    p.add_argument("--model", type=Path, default=None,
+                   help="model directory (default: the tiny test model, built if missing)")
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--max-tokens", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
@@ -185,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="also count instructions per request under callgrind")
     p.add_argument("--window", choices=("requests", "building"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.model = args.model or tiny_model_dir()
     state, engine, request_bodies = setup(args.model, args.route, args.max_tokens)
     path, handler = ROUTES[args.route]
     loop = asyncio.new_event_loop()
