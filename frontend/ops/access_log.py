@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Iterable
 
+from aiohttp import HttpVersion11 as HTTP11
 from aiohttp import web
 
 from frontend.errors import REQUEST_ID_KEY
@@ -33,6 +34,9 @@ log = logging.getLogger("frontend.access")
 def middleware(skip_paths: Iterable[str] = ()):
     skipped = frozenset(skip_paths)
     write = logs.fast_lines(log.name)  # (None: through the logger)
+    # The record's fields are read only by the JSON format (or by the logger's
+    # handlers): not built per request for a text line.
+    with_fields = write is None or write.json
 
     @web.middleware
     async def access_log(request: web.Request, handler):
@@ -48,7 +52,7 @@ def middleware(skip_paths: Iterable[str] = ()):
             status = e.status
             raise
         finally:
-            _line(request, status, (time.perf_counter() - started) * 1000.0, write)
+            _line(request, status, (time.perf_counter() - started) * 1000.0, write, with_fields)
 
     return access_log
 
@@ -58,31 +62,29 @@ _PHRASES = {int(status): status.phrase for status in http.HTTPStatus}
 _LINE = '%s - "%s %s HTTP/%s" %d %s %.1fms request_id=%s'
 
 
-def _line(request: web.Request, status: int, latency_ms: float, write) -> None:
-    peer = request.transport.get_extra_info("peername") if request.transport else None
+def _line(
+    request: web.Request, status: int, latency_ms: float, write, with_fields: bool = True
+) -> None:
+    # The connection's peer as aiohttp keeps it (a transport's get_extra_info
+    # asks the kernel every time).
+    peer = getattr(request.protocol, "peername", None)
     client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "-"
-    version = f"{request.version.major}.{request.version.minor}"
-    path = request.raw_path
+    v = request.version
+    version = "1.1" if v == HTTP11 else f"{v.major}.{v.minor}"
+    method, path = request.method, request.raw_path
     request_id = request.get(REQUEST_ID_KEY) or request.headers.get("X-Request-Id") or "-"
-    args = (
-        client,
-        request.method,
-        path,
-        version,
-        status,
-        _PHRASES.get(status, ""),
-        latency_ms,
-        request_id,
-    )
-    fields = {
-        "client": client,
-        "method": request.method,
-        "path": path,
-        "http_version": version,
-        "status": status,
-        "latency_ms": round(latency_ms, 3),
-        "request_id": request_id,
-    }
+    args = (client, method, path, version, status, _PHRASES.get(status, ""), latency_ms, request_id)
+    fields = None
+    if with_fields:
+        fields = {
+            "client": client,
+            "method": method,
+            "path": path,
+            "http_version": version,
+            "status": status,
+            "latency_ms": round(latency_ms, 3),
+            "request_id": request_id,
+        }
     if write is not None:
         write(_LINE % args, fields)
     else:

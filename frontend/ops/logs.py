@@ -160,7 +160,8 @@ class FastLines:
         self._second = -1
         self._stamp = ""
 
-    def __call__(self, message: str, fields: dict) -> None:
+    def __call__(self, message: str, fields: dict | None) -> None:
+        """``fields``: the record's, which only the JSON format writes."""
         now = time.time()
         message = self.redact(message)
         if self.json:
@@ -169,7 +170,7 @@ class FastLines:
                 event["ts"] = datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(
                     timespec="milliseconds"
                 )
-            event.update(level="INFO", logger=self.name, msg=message, **fields)
+            event.update(level="INFO", logger=self.name, msg=message, **(fields or {}))
             line = _json.encode(event).decode()
         elif self.journald:
             line = f"<6>{self.prefix}{message}"
