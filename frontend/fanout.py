@@ -273,7 +273,6 @@ class Table:
                     choice.lean
                     and len(new_ids) == 1
                     and out.finish_reason is None
-                    and choice.open_delta is None
                     and not out.prefill_stats
                     # (vLLM's engine names its weights in every message: a change
                     # marks where the new version starts, which _apply notes)
@@ -281,15 +280,21 @@ class Table:
                     and choice.parser is None
                 ):
                     # The common streaming step, what _apply and _stream_step
-                    # do for it without their checks: one token's text, a
-                    # delta of its own, due at once.
+                    # do for it without their checks: one token's text, due at
+                    # once, in a delta of its own or added to the one still
+                    # waiting for the client (a lean choice's deltas are all
+                    # due, hence queued, and carry no logprobs).
                     # (lean: a generating choice; no cast(): a call per token)
                     detok: IncrementalDetokenizer = choice.detok  # type: ignore[assignment]
-                    delta = choice.open_delta = Delta(
-                        choice, detok.step_text(new_ids[0]), new_ids, None, None, None
-                    )
-                    delta.queued = True
-                    group.pending.append(delta)
+                    delta = choice.open_delta
+                    if delta is None:
+                        delta = choice.open_delta = Delta(
+                            choice, detok.step_text(new_ids[0]), new_ids, None, None, None
+                        )
+                        delta.queued = True
+                        group.pending.append(delta)
+                    else:
+                        delta.merge(detok.step_text(new_ids[0]), new_ids, None, None, None)
                 else:
                     self._apply(choice, out, weight_version)
                 if group.stream or group.done:  # non-streaming handlers wait for the end

@@ -136,9 +136,10 @@ def test_stream_interval_with_a_lagging_client(model):
 
 def _random_streams(model, seed: int, lean: bool) -> tuple[list[bytes], list, int]:
     """Eight streams fed the same random steps (1-3 tokens, special and
-    partial-UTF-8 ones, early finishes, one or two messages per wake-up; every
-    message names the weights' version, as vLLM's engine does, and it changes
-    once); ``lean=False`` sends every step through the table's full path.
+    partial-UTF-8 ones, early finishes, the messages of one to a few steps per
+    wake-up; every message names the weights' version, as vLLM's engine does,
+    and it changes once); ``lean=False`` sends every step through the table's
+    full path.
     Returns each stream's bytes, each choice's weight versions and how many
     outputs took the full path."""
     import random
@@ -175,10 +176,12 @@ def _random_streams(model, seed: int, lean: bool) -> tuple[list[bytes], list, in
         group.sink = lambda deltas, view=view, sent=sent: (sent.append(view._render(deltas)),
                                                             (0, False))[1]
         streams.append((choice, sent))
+    finishing: set[str] = set()
+    wakeup: list = []
     for step in range(40):
         outs = []
         for choice, _ in streams:
-            if choice.finished:
+            if choice.engine_id in finishing:
                 continue
             toks = [rng.choice([rng.randrange(0, 6), rng.randrange(6, 1200)])
                     for _ in range(rng.choice([1, 1, 1, 2, 3]))]
@@ -187,16 +190,21 @@ def _random_streams(model, seed: int, lean: bool) -> tuple[list[bytes], list, in
                 out.prefill_stats = {"num_cached_tokens": 0}
             if step == 39 or rng.random() < 0.02:
                 out.finish_reason = wire.FinishReason.LENGTH
+                finishing.add(choice.engine_id)
             outs.append(out)
         version = "default" if step < switch else "v2"
-        msgs = [wire.decode_step(wire.encode_outputs(
-                    wire.EngineCoreOutputs(outputs=outs[j::2], weight_version=version)))
-                for j in range(2)]
-        if rng.random() < 0.5:
-            table.on_outputs(msgs)
-        else:
-            for m in msgs:
-                table.on_outputs([m])
+        wakeup += [wire.decode_step(wire.encode_outputs(
+                       wire.EngineCoreOutputs(outputs=outs[j::2], weight_version=version)))
+                   for j in range(2)]
+        # A wake-up reads the messages of one to a few steps (several steps of
+        # a choice in one wake-up are merged), in one call or one by one.
+        if step == 39 or rng.random() < 0.6:
+            if rng.random() < 0.5:
+                table.on_outputs(wakeup)
+            else:
+                for m in wakeup:
+                    table.on_outputs([m])
+            wakeup = []
     assert not table.entries
     return ([re.sub(rb'"created":\d+', b"", b"".join(sent)) for _, sent in streams],
             [choice.weight_starts for choice, _ in streams], full_path[0])
