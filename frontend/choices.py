@@ -162,7 +162,7 @@ class Choice:
         # A parsed delta is never merged with later steps: the parser sees
         # each engine output as vLLM's serving layer does.
         self.parser: Callable[[Delta], ParsedDelta | None] | None = None
-        # Streamed, plain text, no logprobs, every step due, no parser: most
+        # Plain text, no logprobs, no parser (streamed: every step due): most
         # steps take the table's lean path (set by add_choice).
         self.lean = False
         self.pooled: NDArray | None = None  # a pooling input's result: the engine's tensor

@@ -156,8 +156,11 @@ class Table:
             detok,
             logprobs,
         )
+        # Its one-token steps may take the table's lean path (on_outputs).
         choice.lean = (
-            group.stream and detok.plain and logprobs is None and (params.stream_interval or 1) <= 1
+            detok.plain
+            and logprobs is None
+            and (not group.stream or (params.stream_interval or 1) <= 1)
         )
         group.choices.append(choice)
         return choice
@@ -279,15 +282,18 @@ class Table:
                     and (choice.weight_version == weight_version or weight_version is None)
                     and choice.parser is None
                 ):
-                    # The common streaming step, what _apply and _stream_step
-                    # do for it without their checks: one token's text, due at
-                    # once, in a delta of its own or added to the one still
-                    # waiting for the client (a lean choice's deltas are all
-                    # due, hence queued, and carry no logprobs).
+                    # The common step, what _apply (and _stream_step) do for it
+                    # without their checks: one token's text, kept for the
+                    # response or, streaming, due at once, in a delta of its
+                    # own or added to the one still waiting for the client (a
+                    # lean choice's deltas are all due, hence queued, and
+                    # carry no logprobs).
                     # (lean: a generating choice; no cast(): a call per token)
                     detok: IncrementalDetokenizer = choice.detok  # type: ignore[assignment]
                     delta = choice.open_delta
-                    if delta is None:
+                    if not group.stream:
+                        detok.append_one(new_ids[0])
+                    elif delta is None:
                         delta = choice.open_delta = Delta(
                             choice, detok.step_text(new_ids[0]), new_ids, None, None, None
                         )

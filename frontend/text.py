@@ -207,7 +207,7 @@ class IncrementalDetokenizer:
         """``update`` without stop strings or special-token spacing: the common
         case, kept lean because it runs for every token of every stream."""
         if len(new_token_ids) == 1 and not stop_terminated:  # one token per step
-            self._append_one(new_token_ids[0])
+            self.append_one(new_token_ids[0])
             return
         if stop_terminated and not self.include_stop_str_in_output:
             decoded = new_token_ids[:-1]
@@ -219,7 +219,7 @@ class IncrementalDetokenizer:
             self._tail += "".join(pieces)
             self._settle()
 
-    def _append_one(self, token_id: int) -> str:
+    def append_one(self, token_id: int) -> str:
         """Append one token (plain update); return its text, "" if none yet."""
         self.token_ids.append(token_id)
         byte_level = self._byte_level
@@ -246,7 +246,7 @@ class IncrementalDetokenizer:
         """``update([token_id], False)`` then ``next_text(False)``, fused, for a
         ``plain`` detokenizer: with no stop string to hold text back, a step's
         new text is the token's own, and every earlier step's was taken."""
-        piece = self._append_one(token_id)
+        piece = self.append_one(token_id)
         self._streaming = True
         self._last_output_offset += len(piece)
         return piece

@@ -134,12 +134,13 @@ def test_stream_interval_with_a_lagging_client(model):
     assert "".join(d.text for d in (first, second, third, last)) == model.decode(toks)
 
 
-def _random_streams(model, seed: int, lean: bool) -> tuple[list[bytes], list, int]:
+def _random_streams(model, seed: int, lean: bool, stream: bool = True
+                    ) -> tuple[list[bytes], list, int]:
     """Eight streams fed the same random steps (1-3 tokens, special and
     partial-UTF-8 ones, early finishes, the messages of one to a few steps per
     wake-up; every message names the weights' version, as vLLM's engine does,
     and it changes once); ``lean=False`` sends every step through the table's
-    full path.
+    full path. ``stream=False``: the non-streaming response of each.
     Returns each stream's bytes, each choice's weight versions and how many
     outputs took the full path."""
     import random
@@ -158,29 +159,31 @@ def _random_streams(model, seed: int, lean: bool) -> tuple[list[bytes], list, in
     switch = rng.randrange(5, 35)
     streams = []
     for i in range(8):
-        req = CompletionRequest(model="tiny", prompt="Hello é", max_tokens=40, stream=True,
+        req = CompletionRequest(model="tiny", prompt="Hello é", max_tokens=40, stream=stream,
                                 skip_special_tokens=i % 3 != 0,
-                                stream_options=StreamOptions(include_usage=True) if i % 2 else None)
+                                stream_options=StreamOptions(include_usage=True)
+                                if i % 2 and stream else None)
         ids = model.encode(req.prompt)
-        group = Group(f"cmpl-{i}", stream=True)
+        group = Group(f"cmpl-{i}", stream=stream)
         params = build_sampling_params(model, req.to_sampling_fields(), max_tokens=40,
-                                       stream=True)
+                                       stream=stream)
         choice = table.add_choice(group, index=0, prompt_index=0, prompt_token_ids=ids,
                                   params=params)
         table.submit(group)
         assert choice.lean
         choice.lean = lean
         view = CompletionView(state, req, group, "tiny", [(ids, req.prompt)])
-        view.start_stream()
         sent: list[bytes] = []
-        group.sink = lambda deltas, view=view, sent=sent: (sent.append(view._render(deltas)),
-                                                            (0, False))[1]
-        streams.append((choice, sent))
+        if stream:
+            view.start_stream()
+            group.sink = lambda deltas, view=view, sent=sent: (sent.append(view._render(deltas)),
+                                                                (0, False))[1]
+        streams.append((choice, sent, view))
     finishing: set[str] = set()
     wakeup: list = []
     for step in range(40):
         outs = []
-        for choice, _ in streams:
+        for choice, _, _ in streams:
             if choice.engine_id in finishing:
                 continue
             toks = [rng.choice([rng.randrange(0, 6), rng.randrange(6, 1200)])
@@ -206,16 +209,20 @@ def _random_streams(model, seed: int, lean: bool) -> tuple[list[bytes], list, in
                     table.on_outputs([m])
             wakeup = []
     assert not table.entries
-    return ([re.sub(rb'"created":\d+', b"", b"".join(sent)) for _, sent in streams],
-            [choice.weight_starts for choice, _ in streams], full_path[0])
+    if not stream:
+        for _, sent, view in streams:
+            sent.append(state.json(view.full_response()))
+    return ([re.sub(rb'"created":\d+', b"", b"".join(sent)) for _, sent, _ in streams],
+            [choice.weight_starts for choice, _, _ in streams], full_path[0])
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "response"])
 @pytest.mark.parametrize("seed", range(40))
-def test_lean_streaming_steps_write_the_same_bytes(model, seed):
-    """The table's lean path for one-token streaming steps is byte-identical to
-    the full one, and notes the same weight versions."""
-    lean_bytes, lean_versions, lean_full = _random_streams(model, seed, lean=True)
-    full_bytes, full_versions, outputs = _random_streams(model, seed, lean=False)
+def test_lean_steps_write_the_same_bytes(model, seed, stream):
+    """The table's lean path for one-token steps is byte-identical to the full
+    one, streaming or not, and notes the same weight versions."""
+    lean_bytes, lean_versions, lean_full = _random_streams(model, seed, True, stream)
+    full_bytes, full_versions, outputs = _random_streams(model, seed, False, stream)
     assert lean_bytes == full_bytes
     assert lean_versions == full_versions
     assert all(versions[0] == ("default", 0) for versions in full_versions)
