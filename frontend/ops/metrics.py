@@ -308,8 +308,8 @@ class Metrics:
 
     def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
         if (
-            response.content_type == "text/event-stream"
-            and not isinstance(response, web.Response)
+            not isinstance(response, web.Response)  # (before content_type, which parses)
+            and response.content_type == "text/event-stream"
             and not request.get("ops.stream")
         ):
             request["ops.stream"] = True
