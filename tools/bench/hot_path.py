@@ -41,7 +41,6 @@ from frontend.openai.sampling import build_sampling_params
 from frontend.ops.stats_recorder import StatsRecorder
 from frontend.render import RenderedChat
 from harness.models import tiny_model_dir
-from harness.procs import REPO_ROOT
 from harness.state import SCHEDULER_STATS, make_state
 from protocol import wire
 from tools.bench.prompts import make_prompts

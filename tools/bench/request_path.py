@@ -49,7 +49,6 @@ from frontend.openai.chat import create_chat_completion
 from frontend.openai.completions import create_completion
 from frontend.ops.stats_recorder import StatsRecorder
 from harness.models import tiny_model_dir
-from harness.procs import REPO_ROOT
 from harness.state import SCHEDULER_STATS, NullEngine, make_state
 from protocol import wire
 from tools.bench.callgrind import operator_call_instructions
