@@ -290,10 +290,9 @@ class Table:
                     # carry no logprobs).
                     # (lean: a generating choice; no cast(): a call per token)
                     detok: IncrementalDetokenizer = choice.detok  # type: ignore[assignment]
-                    delta = choice.open_delta
                     if not group.stream:
                         detok.append_one(new_ids[0])
-                    elif delta is None:
+                    elif (delta := choice.open_delta) is None:
                         delta = choice.open_delta = Delta(
                             choice, detok.step_text(new_ids[0]), new_ids, None, None, None
                         )

@@ -34,9 +34,6 @@ log = logging.getLogger("frontend.access")
 def middleware(skip_paths: Iterable[str] = ()):
     skipped = frozenset(skip_paths)
     write = logs.fast_lines(log.name)  # (None: through the logger)
-    # The record's fields are read only by the JSON format (or by the logger's
-    # handlers): not built per request for a text line.
-    with_fields = write is None or write.json
 
     @web.middleware
     async def access_log(request: web.Request, handler):
@@ -52,7 +49,7 @@ def middleware(skip_paths: Iterable[str] = ()):
             status = e.status
             raise
         finally:
-            _line(request, status, (time.perf_counter() - started) * 1000.0, write, with_fields)
+            _line(request, status, (time.perf_counter() - started) * 1000.0, write)
 
     return access_log
 
@@ -62,9 +59,7 @@ _PHRASES = {int(status): status.phrase for status in http.HTTPStatus}
 _LINE = '%s - "%s %s HTTP/%s" %d %s %.1fms request_id=%s'
 
 
-def _line(
-    request: web.Request, status: int, latency_ms: float, write, with_fields: bool = True
-) -> None:
+def _line(request: web.Request, status: int, latency_ms: float, write) -> None:
     # The connection's peer as aiohttp keeps it (a transport's get_extra_info
     # asks the kernel every time).
     peer = getattr(request.protocol, "peername", None)
@@ -75,7 +70,7 @@ def _line(
     request_id = request.get(REQUEST_ID_KEY) or request.headers.get("X-Request-Id") or "-"
     args = (client, method, path, version, status, _PHRASES.get(status, ""), latency_ms, request_id)
     fields = None
-    if with_fields:
+    if write is None or write.json:  # (a text line has no use for them)
         fields = {
             "client": client,
             "method": method,
