@@ -447,10 +447,13 @@ def check_generate(servers, messages: list, fields: dict) -> None:
 
 
 def _generated(reply) -> Any:
-    """A generate answer without its request id; a stream as its tokens per
-    choice, the fields sent once (prompt ids, placeholders) and the last usage."""
+    """A generate answer without its request id and creation time (each
+    server's own clock second); a stream as its tokens per choice, the fields
+    sent once (prompt ids, placeholders) and the last usage."""
     if reply.events is None:
-        return {k: v for k, v in reply.json().items() if k != "request_id"}
+        answer = reply.json()
+        assert isinstance(answer.pop("created"), int)
+        return {k: v for k, v in answer.items() if k != "request_id"}
     tokens: dict[int, list] = {}
     once, usage = [], None
     for event in reply.events[:-1]:
