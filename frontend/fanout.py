@@ -308,7 +308,9 @@ class Table:
                 self.router.on_stats(outs.engine_index, outs.scheduler_stats)
         for group in touched.values():
             sink = group.sink
-            if sink is not None and group.pending:
+            # (a finished group's last deltas go out with its closing events,
+            # written by its handler)
+            if sink is not None and group.pending and not group.done:
                 try:
                     # Straight to the client's socket, unless it lags.
                     unsent, queued = sink(group.take())

@@ -13,6 +13,7 @@ split UTF-8 characters, so "" deltas and U+FFFD are normal.
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -218,6 +219,40 @@ def test_stream_without_options_has_no_usage(stack):
         assert not s.usage_chunks and all("usage" not in c for c in s.chunks), options
         # No usage chunk follows: the terminal chunk carries the fingerprint.
         assert "system_fingerprint" in s.chunks[-1]
+
+
+def http_chunks(received: bytes) -> list[bytes]:
+    """A raw chunked HTTP/1.1 response's chunks, as framed on the wire."""
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower(), head
+    chunks = []
+    while True:
+        size_line, _, body = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            assert body == b"\r\n", body  # the terminator ends the response
+            return chunks
+        chunks.append(body[:size])
+        assert body[size:size + 2] == b"\r\n"
+        body = body[size + 2:]
+
+
+def test_stream_ends_in_one_http_chunk(stack):
+    """The last step's event, the usage event and [DONE] go out together, in
+    the response's last HTTP chunk (one write), then the terminator."""
+    req = RawRequest(stack.url, "/v1/completions", {
+        "model": MODEL, "prompt": "Hello", "max_tokens": 6, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True}})
+    try:
+        chunks = http_chunks(req.read_all())
+    finally:
+        req.close()
+    last = chunks[-1].split(b"\n\n")
+    assert last[-2:] == [b"data: [DONE]", b""], chunks[-1]
+    finish, usage = (json.loads(e[len(b"data: "):]) for e in last[-4:-2])
+    assert finish["choices"][0]["finish_reason"] == "length", chunks[-1]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 6
+    assert all(b"[DONE]" not in c and b"finish_reason\":\"" not in c for c in chunks[:-1])
 
 
 def test_include_usage_exactly_one_final_chunk(stack):

@@ -72,15 +72,14 @@ class MessagesView:
         writer = SseWriter(request, group)
         await writer.start()
         group.sink = lambda deltas: writer.push(self._render(deltas))
+        last = b""
         try:
-            while True:
+            while not group.done:
                 if group.pending:  # deltas that came before the sink was installed
                     writer.push(self._render(group.take()))
                 await writer.flush()
-                if group.done and not group.pending:
-                    break
                 await group.wait()
-            await writer.flush()
+            last = self._render(group.take()) if group.pending else b""  # (see stream_group)
         except (ConnectionError, asyncio.CancelledError):
             raise  # the client is gone: serve_group aborts the rest
         except Exception:
@@ -89,17 +88,15 @@ class MessagesView:
             group.error = group.error or internal_error()
         finally:
             group.sink = None
-        out = writer.response
         if group.error is not None:  # vLLM: an error event, and no message_stop
-            await out.write(stream_error_event(group.error.message))
+            await writer.finish(last, stream_error_event(group.error.message))
         else:
-            await out.write(self.events.finish(self._usage()))
-        await out.write_eof()
+            await writer.finish(last, self.events.finish(self._usage()))
         logger = self.state.request_log  # --enable-log-outputs, as chat's stream
         if logger is not None and logger.log_outputs:
             for choice in group.choices:
                 logger.outputs(group.request_id, choice.text, "streaming_complete", streaming=True)
-        return out
+        return writer.response
 
     def _render(self, deltas: list[Delta]) -> bytes:
         parts = []

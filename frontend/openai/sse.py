@@ -23,7 +23,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from frontend.choices import Delta, Group
-from frontend.errors import ApiError, internal_error, sse_error_event
+from frontend.errors import internal_error, sse_error_event
 
 log = logging.getLogger("frontend.sse")
 
@@ -140,15 +140,14 @@ class SseWriter:
             except TimeoutError:
                 pass
 
-    async def write_event(self, payload: bytes) -> None:
-        await self.response.write(b"data: " + payload + b"\n\n")
-
-    async def write_error(self, error: ApiError) -> None:
-        await self.response.write(sse_error_event(error))
-
-    async def done(self) -> None:
-        await self.response.write(DONE)
-        await self.response.write_eof()
+    async def finish(self, last: bytes, tail: bytes) -> None:
+        """End the stream: the backlog, then the last step's events (dropped
+        with the backlog when the client did not keep up), ``tail`` and the
+        end of the body, those three in one write."""
+        await self.flush()
+        if self._dropping():
+            last = b""
+        await self.response.write_eof(last + tail)
 
 
 async def stream_group(
@@ -164,15 +163,16 @@ async def stream_group(
     writer = SseWriter(request, group, keep_alive)
     await writer.start()
     group.sink = lambda deltas: writer.push(render(deltas))
+    last = b""
     try:
-        while True:
+        while not group.done:
             if group.pending:  # deltas that arrived before the sink was installed
                 writer.push(render(group.take()))
             await writer.flush()
-            if group.done and not group.pending:
-                break
             await writer.wait()
-        await writer.flush()
+        # The table leaves a finished group's last deltas to its handler, so they
+        # go out with the closing events and the end of the body in one write.
+        last = render(group.take()) if group.pending else b""
         final = closing() if group.error is None else None
     except (ConnectionError, asyncio.CancelledError):
         raise  # the client is gone: the handler's cleanup aborts the rest
@@ -183,8 +183,10 @@ async def stream_group(
     finally:
         group.sink = None
     if group.error is not None:
-        await writer.write_error(group.error)
+        tail = sse_error_event(group.error)
     elif final is not None:
-        await writer.write_event(final)
-    await writer.done()
+        tail = b"data: " + final + b"\n\n"
+    else:
+        tail = b""
+    await writer.finish(last, tail + DONE)
     return writer.response

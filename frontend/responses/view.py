@@ -193,15 +193,15 @@ class ResponsesView:
         frames = self.framer.frames
         writer.push(frames(opening))
         group.sink = lambda deltas: writer.push(frames(self._render(deltas)))
+        last = b""
         try:
-            while True:
+            while not group.done:
                 if group.pending:  # deltas that came before the sink was installed
                     writer.push(frames(self._render(group.take())))
                 await writer.flush()
-                if group.done and not group.pending:
-                    break
                 await group.wait()
-            await writer.flush()
+            # (see stream_group: the last deltas go out with the tail)
+            last = frames(self._render(group.take())) if group.pending else b""
             tail = self._tail()
         except (ConnectionError, asyncio.CancelledError):
             raise  # the client is gone: serve_group's cleanup aborts the rest
@@ -210,8 +210,7 @@ class ResponsesView:
             tail = [self._error(group.error or internal_error())]
         finally:
             group.sink = None
-        await writer.response.write(frames(tail))
-        await writer.response.write_eof()
+        await writer.finish(last, frames(tail))
         return writer.response
 
     async def _stream_to_log(self, events: EventLog) -> None:
