@@ -221,7 +221,8 @@ class Group:
         # Failed because the client does not read: what is queued for it is dropped.
         self.drop_unsent = False
         self.released = False
-        # Set by a streaming handler: called with each step's deltas, returns
+        # Set by a streaming handler: called with each step's deltas (but the
+        # finishing step's, left to the handler), returns
         # (bytes not yet taken by the client, whether the handler must write).
         self.sink: Callable[[list[Delta]], tuple[int, bool]] | None = None
         self._woken = False

@@ -4,7 +4,9 @@ The hot path of a stream is engine step -> SSE bytes. Waking one handler
 coroutine per stream per step would cost more than formatting the chunk, so a
 streaming handler installs a *sink* on its group: the fan-out table calls it
 once per engine step with that step's deltas, the view formats them, and the
-bytes go to the socket right there, framed as one HTTP chunk. Only a client
+bytes go to the socket right there, framed as one HTTP chunk (the step that
+finishes the group is left to the handler, which sends it with the closing
+events and the end of the body in one write). Only a client
 that does not keep up (the transport's buffer is full) makes bytes queue; then
 the handler coroutine is woken to write the backlog as the client reads (the
 transport's write-drain tells it when), and more than ``--max-stream-buffer``
