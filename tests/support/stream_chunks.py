@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 # Fields of a stream chunk (top level, or of its one choice) that hold a delta
 # and are concatenated when vLLM merges two engine steps into one chunk.
 _CONCATENATED = ("text", "token_ids")
