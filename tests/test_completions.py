@@ -255,6 +255,47 @@ def test_stream_ends_in_one_http_chunk(stack):
     assert all(b"[DONE]" not in c and b"finish_reason\":\"" not in c for c in chunks[:-1])
 
 
+def test_stream_head_goes_out_with_the_first_event(module_mock_stack):
+    """The status line and headers are not a write of their own: the first
+    read of the response has them and the first event together. (The mock
+    only: its first token comes well within HEAD_DELAY however busy the host.)"""
+    req = RawRequest(module_mock_stack.url, "/v1/completions", {
+        "model": MODEL, "prompt": "Hello", "max_tokens": 3, "temperature": 0, "stream": True})
+    try:
+        first = req.sock.recv(65536)
+        head, _, body = first.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and b"text/event-stream" in head, first
+        assert b"data: {" in body, first
+        req.received = first
+        assert req.read_all().endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    finally:
+        req.close()
+
+
+def test_stream_head_goes_out_alone_while_the_engine_is_silent(module_mock_stack):
+    """A stream with nothing to send yet (here: a stalled engine) still gets
+    its 200 and headers after HEAD_DELAY (1 s), then its events as usual."""
+    control = module_mock_stack.control()
+    control.stall(None)
+    try:
+        req = RawRequest(module_mock_stack.url, "/v1/completions", {
+            "model": MODEL, "prompt": "Hello", "max_tokens": 2, "temperature": 0,
+            "stream": True})
+        req.sock.settimeout(20)
+        first = req.sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"\r\n\r\n"), first
+    finally:
+        control.stall(0)
+    try:
+        req.received = first
+        events = req.read_all().partition(b"\r\n\r\n")[2]
+        assert events.count(b'"finish_reason":"length"') == 1, events
+        assert events.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), events
+    finally:
+        req.close()
+    module_mock_stack.frontend.wait_idle()
+
+
 def test_include_usage_exactly_one_final_chunk(stack):
     s = stream_completion(stack.url, {"prompt": ["Hello", "World"], "max_tokens": 5,
                                       "temperature": 0,

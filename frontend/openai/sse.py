@@ -12,6 +12,12 @@ the handler coroutine is woken to write the backlog as the client reads (the
 transport's write-drain tells it when), and more than ``--max-stream-buffer``
 bytes waiting for the client abort the request (slow consumer), dropping what
 was queued.
+
+The response's head (status line and headers) goes out with the stream's first
+bytes, in the same write: a separate write of it costs a system call and, as
+often as not, a wake-up of the client for nothing to read. A stream with no
+bytes after ``HEAD_DELAY`` sends its head alone, so a client whose request waits
+in the engine's queue still learns soon that it was accepted.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import asyncio
 import logging
 import socket
 import time
+import weakref
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -38,6 +46,17 @@ SOCKET_SEND_BUFFER = 128 * 1024
 
 
 KEEP_ALIVE = b": keep-alive\n\n"
+# Seconds a stream's head waits for its first bytes before it is sent alone.
+HEAD_DELAY = 1.0
+# Transports whose socket has its fixed send buffer already (a keep-alive
+# connection's later streams skip the socket object and two system calls).
+_SIZED_TRANSPORTS: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
+
+
+class _DeferredHeadResponse(web.StreamResponse):
+    """prepare() leaves the head in aiohttp's writer (as web.Response does)."""
+
+    _send_headers_immediately = False
 
 
 class SseWriter:
@@ -47,11 +66,14 @@ class SseWriter:
         # --sse-keep-alive-interval: when the stream last sent anything (only kept then).
         self.keep_alive = keep_alive
         self.last_sent = time.monotonic()
-        self.response = web.StreamResponse(status=200, headers=HEADERS)
+        self.response = _DeferredHeadResponse(status=200, headers=HEADERS)
         self.backlog: list[bytes] = []
         self.backlog_bytes = 0
         self._transport: asyncio.Transport | None = None
         self._chunked = False
+        # aiohttp's writer while it holds the head for our first direct write.
+        self._head_writer: Any = None
+        self._head_timer: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         # Chunked framing is ours to write on the direct path, so make it explicit
@@ -59,19 +81,49 @@ class SseWriter:
         if self.request.version >= (1, 1):
             self.response.enable_chunked_encoding()
             self._chunked = True
-        await self.response.prepare(self.request)
-        self._transport = self.request.transport
-        if self._transport is not None:
+        writer: Any = await self.response.prepare(self.request)
+        transport = self._transport = self.request.transport
+        if getattr(writer, "_headers_buf", None) and not getattr(writer, "_headers_written", True):
+            self._head_writer = writer
+            self._head_timer = asyncio.get_running_loop().call_later(HEAD_DELAY, self._send_head)
+        elif hasattr(writer, "send_headers"):
+            # An aiohttp that keeps the head elsewhere: out now, before any
+            # direct write (a no-op where prepare() sent it).
+            writer.send_headers()
+        if transport is not None and transport not in _SIZED_TRANSPORTS:
+            _SIZED_TRANSPORTS.add(transport)
             # The transport pauses the protocol above this many bytes and
             # resumes it once the client has read most of them: what
             # flush() waits for.
-            self._transport.set_write_buffer_limits(high=DIRECT_WRITE_LIMIT)
-        # Linux grows a socket's send buffer to megabytes by itself, which
-        # would hide a client that does not read; a fixed size keeps the lag
-        # visible in the transport's buffer (still ample for token streams).
-        sock = self._transport.get_extra_info("socket") if self._transport else None
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER)
+            transport.set_write_buffer_limits(high=DIRECT_WRITE_LIMIT)
+            # Linux grows a socket's send buffer to megabytes by itself, which
+            # would hide a client that does not read; a fixed size keeps the lag
+            # visible in the transport's buffer (still ample for token streams).
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER)
+
+    def _take_head(self) -> bytes:
+        """The head, if aiohttp's writer still holds it (taken from it, so it is
+        sent once): the first direct write carries it. Empty once a write
+        through aiohttp (flush, finish) has sent it."""
+        writer, self._head_writer = self._head_writer, None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        if writer is None or writer._headers_written or not writer._headers_buf:
+            return b""
+        head, writer._headers_buf, writer._headers_written = writer._headers_buf, None, True
+        return head
+
+    def _send_head(self) -> None:
+        """HEAD_DELAY passed without bytes to send: the head alone."""
+        self._head_timer = None
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            head = self._take_head()
+            if head:
+                transport.write(head)
 
     def push(self, data: bytes) -> tuple[int, bool]:
         """Send now if the client keeps up, else queue for the handler.
@@ -87,7 +139,8 @@ class SseWriter:
             self._queue(data)
             return buffered + self.backlog_bytes, True
         if data:
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data)
+            framed = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data
+            transport.write(self._take_head() + framed if self._head_writer else framed)
             if self.keep_alive:
                 self.last_sent = time.monotonic()
         return transport.get_write_buffer_size(), False
@@ -149,7 +202,15 @@ class SseWriter:
         await self.flush()
         if self._dropping():
             last = b""
-        await self.response.write_eof(last + tail)
+        self._leave_head_to_aiohttp()
+        await self.response.write_eof(last + tail)  # (with the head if still held)
+
+    def _leave_head_to_aiohttp(self) -> None:
+        """aiohttp's next write sends the head if it still holds it."""
+        self._head_writer = None
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
 
 async def stream_group(
