@@ -107,13 +107,12 @@ class SseWriter:
         """The head, if aiohttp's writer still holds it (taken from it, so it is
         sent once): the first direct write carries it. Empty once a write
         through aiohttp (flush, finish) has sent it."""
-        writer, self._head_writer = self._head_writer, None
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        writer = self._head_writer
+        self._leave_head_to_aiohttp()
         if writer is None or writer._headers_written or not writer._headers_buf:
             return b""
         head, writer._headers_buf, writer._headers_written = writer._headers_buf, None, True
+        writer.output_size += len(head)  # (as its send_headers counts it: "response started")
         return head
 
     def _send_head(self) -> None:
