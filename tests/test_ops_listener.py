@@ -136,6 +136,21 @@ async def _https(url: str, ctx: ssl.SSLContext, method: str = "GET", **kw):
             return r.status, await r.read()
 
 
+async def _https_streams(url: str, ctx: ssl.SSLContext, count: int) -> list[int]:
+    """Stream ``count`` completions one after the other on one connection:
+    the tokens each one got."""
+    connector = aiohttp.TCPConnector(ssl=ctx, limit=1)
+    async with aiohttp.ClientSession(connector=connector) as s:
+        counts = []
+        for _ in range(count):
+            async with s.post(url, json={**COMPLETION, "stream": True}) as r:
+                assert r.status == 200
+                events = await read_stream(r)
+                assert events[-1] == "[DONE]"
+                counts.append(sum(len(e["choices"][0]["token_ids"]) for e in events[:-1]))
+        return counts
+
+
 def test_tls_handshake(start_ops_stack, tmp_path):
     pki = _write_pki(tmp_path)
     ctx = tls_client_context(pki["ca"])
@@ -148,6 +163,9 @@ def test_tls_handshake(start_ops_stack, tmp_path):
     assert stack.url.startswith("https://")
     status, body = run(_https(stack.url + "/v1/completions", ctx, "POST", json=COMPLETION))
     assert status == 200 and b"text_completion" in body
+    # Streams over TLS, two on one kept-alive connection (uvloop's TLS
+    # transport is set up per stream: it cannot be weakly referenced).
+    assert run(_https_streams(stack.url + "/v1/completions", ctx, 2)) == [3, 3]
     # The handshake really is TLS with our certificate.
     with socket.create_connection(("127.0.0.1", stack.frontend.port), timeout=5) as raw:
         with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:

@@ -53,6 +53,17 @@ HEAD_DELAY = 1.0
 _SIZED_TRANSPORTS: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
 
 
+def _first_stream_on(transport: asyncio.Transport) -> bool:
+    """Whether the connection's socket still needs its set-up (kept per transport)."""
+    if transport in _SIZED_TRANSPORTS:
+        return False
+    try:
+        _SIZED_TRANSPORTS.add(transport)
+    except TypeError:  # not weak-referenceable (uvloop's TLS transport): every stream
+        pass
+    return True
+
+
 class _DeferredHeadResponse(web.StreamResponse):
     """prepare() leaves the head in aiohttp's writer (as web.Response does)."""
 
@@ -90,8 +101,7 @@ class SseWriter:
             # An aiohttp that keeps the head elsewhere: out now, before any
             # direct write (a no-op where prepare() sent it).
             writer.send_headers()
-        if transport is not None and transport not in _SIZED_TRANSPORTS:
-            _SIZED_TRANSPORTS.add(transport)
+        if transport is not None and _first_stream_on(transport):
             # The transport pauses the protocol above this many bytes and
             # resumes it once the client has read most of them: what
             # flush() waits for.
