@@ -64,6 +64,13 @@ def _first_stream_on(transport: asyncio.Transport) -> bool:
     return True
 
 
+def _holds_head(writer: Any) -> bool:
+    """Whether aiohttp's writer still has the response's head to send."""
+    return bool(getattr(writer, "_headers_buf", None)) and not getattr(
+        writer, "_headers_written", True
+    )
+
+
 class _DeferredHeadResponse(web.StreamResponse):
     """prepare() leaves the head in aiohttp's writer (as web.Response does)."""
 
@@ -94,7 +101,7 @@ class SseWriter:
             self._chunked = True
         writer: Any = await self.response.prepare(self.request)
         transport = self._transport = self.request.transport
-        if getattr(writer, "_headers_buf", None) and not getattr(writer, "_headers_written", True):
+        if _holds_head(writer):
             self._head_writer = writer
             self._head_timer = asyncio.get_running_loop().call_later(HEAD_DELAY, self._send_head)
         elif hasattr(writer, "send_headers"):
@@ -119,7 +126,7 @@ class SseWriter:
         through aiohttp (flush, finish) has sent it."""
         writer = self._head_writer
         self._leave_head_to_aiohttp()
-        if writer is None or writer._headers_written or not writer._headers_buf:
+        if not _holds_head(writer):
             return b""
         head, writer._headers_buf, writer._headers_written = writer._headers_buf, None, True
         writer.output_size += len(head)  # (as its send_headers counts it: "response started")
