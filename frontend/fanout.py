@@ -310,7 +310,8 @@ class Table:
             sink = group.sink
             # (a finished group's last deltas go out with its closing events,
             # written by its handler)
-            if sink is not None and group.pending and not group.done:
+            # (not group.done, spelled out: a property call per token)
+            if sink is not None and group.pending and group.num_unfinished and group.error is None:
                 try:
                     # Straight to the client's socket, unless it lags.
                     unsent, queued = sink(group.take())
@@ -321,7 +322,7 @@ class Table:
                 if unsent > group.max_pending:
                     self._fail_slow_consumer(group)
                     continue
-                if not queued and not group.done:
+                if not queued:  # (a sink cannot finish its group)
                     continue
             group.wake()
 

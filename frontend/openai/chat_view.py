@@ -208,13 +208,24 @@ class ChatView:
         self._chunk_of = self._chunk if self.hooks is None else self._parsed_chunk
 
     def _render(self, deltas: list[Delta]) -> bytes:
+        chunk = self._chunk_of
+        logger = self.state.request_log
+        logged = logger is not None and logger.log_deltas
+        if len(deltas) == 1 and self.started and not logged:  # one choice's step (most steps)
+            step = chunk(
+                self.head,
+                deltas[0],
+                self.emitted,
+                self.num_prompt,
+                self.include_usage,
+                self.continuous,
+            )
+            return step or b""
         parts: list[bytes | None] = []
         if not self.started:  # the first engine output of any choice
             self.started = True
             parts.append(self._opening_chunks(self.head, self.num_prompt, self.continuous))
-        chunk = self._chunk_of
-        logger = self.state.request_log
-        if logger is not None and logger.log_deltas:
+        if logger is not None and logged:
             for d in deltas:
                 if d.text:
                     logger.outputs(self.group.request_id, d.text, d.finish_reason, delta=True)

@@ -392,6 +392,8 @@ class CompletionView:
         self.text_heads = [self.head + index + b',"text":' for index in self.index_bytes]
 
     def _render(self, deltas: list[Delta]) -> bytes:
+        if len(deltas) == 1:  # one choice's step (most steps: no list to join)
+            return self._chunk(deltas[0])
         return b"".join([self._chunk(d) for d in deltas])
 
     def _closing(self) -> bytes | None:
